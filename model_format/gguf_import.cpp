@@ -1,0 +1,198 @@
+#include "gguf_import.h"
+
+#include "kv_spec.h"
+#include "model_file.h"
+
+namespace phasekv {
+
+namespace {
+
+bool ggml_to_dtype(uint32_t ggml_type, DType* out) {
+  switch (ggml_type) {
+    case 0: *out = DType::F32; return true;
+    case 1: *out = DType::F16; return true;
+    case 2: *out = DType::Q4_0; return true;
+    case 3: *out = DType::Q4_1; return true;
+    case 8: *out = DType::Q8_0; return true;
+    case 30: *out = DType::BF16; return true;
+    default: return false;
+  }
+}
+
+Status require_u32(const GgufFile& g, const std::string& key, uint32_t* out) {
+  bool found = false;
+  PKV_RETURN_IF_ERROR(g.get_u32(key, out, &found));
+  if (!found) return make_error(StatusCode::kInvalidFile, "required metadata '%s' is missing", key.c_str());
+  return Status::Ok();
+}
+
+Status import_config(const GgufFile& g, ModelConfig* c, bool* has_rope_freqs) {
+  bool found = false;
+  std::string arch;
+  PKV_RETURN_IF_ERROR(g.get_string("general.architecture", &arch, &found));
+  if (!found) return make_error(StatusCode::kInvalidFile, "required metadata 'general.architecture' is missing");
+  if (arch != "llama")
+    return make_error(StatusCode::kUnsupported,
+                      "general.architecture = '%s' is not supported; PhaseKV imports llama-architecture GGUF files",
+                      arch.c_str());
+  c->architecture = arch;
+  const std::string p = arch + ".";
+  PKV_RETURN_IF_ERROR(require_u32(g, p + "embedding_length", &c->d_model));
+  PKV_RETURN_IF_ERROR(require_u32(g, p + "block_count", &c->n_layers));
+  PKV_RETURN_IF_ERROR(require_u32(g, p + "attention.head_count", &c->n_heads));
+  PKV_RETURN_IF_ERROR(require_u32(g, p + "feed_forward_length", &c->ffn_dim));
+  PKV_RETURN_IF_ERROR(require_u32(g, p + "context_length", &c->max_positions));
+  c->n_kv_heads = c->n_heads;
+  PKV_RETURN_IF_ERROR(g.get_u32(p + "attention.head_count_kv", &c->n_kv_heads, &found));
+  if (c->n_heads == 0) return make_error(StatusCode::kInvalidFile, "metadata '%sattention.head_count' = 0", p.c_str());
+  uint32_t key_len = 0, value_len = 0;
+  PKV_RETURN_IF_ERROR(g.get_u32(p + "attention.key_length", &key_len, &found));
+  if (!found) {
+    if (c->d_model % c->n_heads != 0)
+      return make_error(StatusCode::kInvalidFile, "embedding_length %u is not a multiple of head_count %u",
+                        c->d_model, c->n_heads);
+    key_len = c->d_model / c->n_heads;
+  }
+  value_len = key_len;
+  PKV_RETURN_IF_ERROR(g.get_u32(p + "attention.value_length", &value_len, &found));
+  if (value_len != key_len)
+    return make_error(StatusCode::kUnsupported, "attention.key_length %u != attention.value_length %u", key_len,
+                      value_len);
+  c->head_dim = key_len;
+  c->norm_eps = 1e-5f;
+  PKV_RETURN_IF_ERROR(g.get_f32(p + "attention.layer_norm_rms_epsilon", &c->norm_eps, &found));
+  c->rope.theta = 10000.0f;
+  PKV_RETURN_IF_ERROR(g.get_f32(p + "rope.freq_base", &c->rope.theta, &found));
+  c->rope.dim = c->head_dim;
+  PKV_RETURN_IF_ERROR(g.get_u32(p + "rope.dimension_count", &c->rope.dim, &found));
+  c->rope.style = RopeStyle::Interleaved;  // llama GGUF: GGML "normal" RoPE on permuted q/k rows
+  std::string scaling;
+  PKV_RETURN_IF_ERROR(g.get_string(p + "rope.scaling.type", &scaling, &found));
+  if (!found || scaling == "none") {
+    c->rope.scaling = RopeScaling::None;
+  } else if (scaling == "linear") {
+    c->rope.scaling = RopeScaling::Linear;
+  } else if (scaling == "yarn") {
+    c->rope.scaling = RopeScaling::YaRN;
+  } else {
+    return make_error(StatusCode::kUnsupported, "metadata '%srope.scaling.type' = '%s' is not supported", p.c_str(),
+                      scaling.c_str());
+  }
+  PKV_RETURN_IF_ERROR(g.get_f32(p + "rope.scaling.factor", &c->rope.factor, &found));
+  PKV_RETURN_IF_ERROR(g.get_u32(p + "rope.scaling.original_context_length", &c->rope.original_context, &found));
+  // Llama 3.x files carry their frequency factors as a tensor; the tensor is imported as is.
+  *has_rope_freqs = g.find_tensor("rope_freqs.weight") != nullptr;
+  if (*has_rope_freqs && c->rope.scaling == RopeScaling::None) c->rope.scaling = RopeScaling::Llama3;
+
+  const GgufTensor* embd = g.find_tensor("token_embd.weight");
+  if (!embd || embd->ne.size() != 2)
+    return make_error(StatusCode::kInvalidFile, "tensor 'token_embd.weight' is missing or not 2-D");
+  c->vocab_size = uint32_t(embd->ne[1]);
+  uint32_t vocab_meta = 0;
+  PKV_RETURN_IF_ERROR(g.get_u32(p + "vocab_size", &vocab_meta, &found));
+  if (found && vocab_meta != c->vocab_size)
+    return make_error(StatusCode::kInvalidFile, "metadata '%svocab_size' = %u but token_embd.weight has %u rows",
+                      p.c_str(), vocab_meta, c->vocab_size);
+  c->tied_embeddings = g.find_tensor("output.weight") == nullptr;
+  return Status::Ok();
+}
+
+Status import_tokenizer(const GgufFile& g, TokenizerData* t) {
+  bool found = false;
+  std::string model;
+  PKV_RETURN_IF_ERROR(g.get_string("tokenizer.ggml.model", &model, &found));
+  if (!found) return Status::Ok();  // a model without a tokenizer (tensors only)
+  t->model = model;
+  if (model == "gpt2") {
+    t->type = TokenizerType::ByteLevelBPE;
+  } else if (model == "llama") {
+    t->type = TokenizerType::SentencePiece;
+  } else if (model == "none" || model.empty()) {
+    t->type = TokenizerType::None;
+  } else {
+    return make_error(StatusCode::kUnsupported,
+                      "tokenizer.ggml.model = '%s' is not supported (gpt2 and llama are)", model.c_str());
+  }
+  PKV_RETURN_IF_ERROR(g.get_string("tokenizer.ggml.pre", &t->pre, &found));
+  PKV_RETURN_IF_ERROR(g.get_string_array("tokenizer.ggml.tokens", &t->tokens, &found));
+  if (t->type != TokenizerType::None && !found)
+    return make_error(StatusCode::kInvalidFile, "required metadata 'tokenizer.ggml.tokens' is missing");
+  PKV_RETURN_IF_ERROR(g.get_f32_array("tokenizer.ggml.scores", &t->scores, &found));
+  PKV_RETURN_IF_ERROR(g.get_i32_array("tokenizer.ggml.token_type", &t->token_types, &found));
+  PKV_RETURN_IF_ERROR(g.get_string_array("tokenizer.ggml.merges", &t->merges, &found));
+  PKV_RETURN_IF_ERROR(g.get_i32("tokenizer.ggml.bos_token_id", &t->bos_id, &found));
+  PKV_RETURN_IF_ERROR(g.get_i32("tokenizer.ggml.eos_token_id", &t->eos_id, &found));
+  PKV_RETURN_IF_ERROR(g.get_i32("tokenizer.ggml.eot_token_id", &t->eot_id, &found));
+  PKV_RETURN_IF_ERROR(g.get_i32("tokenizer.ggml.padding_token_id", &t->pad_id, &found));
+  PKV_RETURN_IF_ERROR(g.get_i32("tokenizer.ggml.unknown_token_id", &t->unk_id, &found));
+  PKV_RETURN_IF_ERROR(g.get_bool("tokenizer.ggml.add_bos_token", &t->add_bos, &found));
+  PKV_RETURN_IF_ERROR(g.get_bool("tokenizer.ggml.add_eos_token", &t->add_eos, &found));
+  PKV_RETURN_IF_ERROR(g.get_bool("tokenizer.ggml.add_space_prefix", &t->add_space_prefix, &found));
+  return Status::Ok();
+}
+
+std::string base_name(const std::string& path) {
+  size_t p = path.find_last_of('/');
+  return p == std::string::npos ? path : path.substr(p + 1);
+}
+
+}  // namespace
+
+Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec, std::vector<const void*>* data) {
+  ModelSpec s;
+  bool has_rope_freqs = false;
+  PKV_RETURN_IF_ERROR(import_config(g, &s.config, &has_rope_freqs));
+  PKV_RETURN_IF_ERROR(import_tokenizer(g, &s.tokenizer));
+  s.config.bos_id = s.tokenizer.bos_id;
+  s.config.eos_id = s.tokenizer.eos_id;
+  s.config.pad_id = s.tokenizer.pad_id;
+  bool found = false;
+  PKV_RETURN_IF_ERROR(g.get_string("tokenizer.chat_template", &s.chat_template, &found));
+
+  std::vector<const void*> ptrs;
+  for (const GgufTensor& gt : g.tensors()) {
+    TensorInfo t;
+    t.name = gt.name;
+    if (!ggml_to_dtype(gt.ggml_type, &t.dtype)) {
+      const GgmlTypeInfo* info = ggml_type_info(gt.ggml_type);
+      return make_error(StatusCode::kUnsupported,
+                        "tensor '%s' has GGML type %s (%u); PhaseKV supports F32, F16, BF16, Q8_0, Q4_0, Q4_1 "
+                        "(re-quantize the model to one of them)",
+                        gt.name.c_str(), info ? info->name : "unknown", gt.ggml_type);
+    }
+    t.shape.assign(gt.ne.rbegin(), gt.ne.rend());
+    ptrs.push_back(gt.data);
+    s.tensors.push_back(std::move(t));
+  }
+
+  s.layers.assign(s.config.n_layers, AttentionMemory{});
+  if (s.config.n_layers > 0) PKV_RETURN_IF_ERROR(apply_kv_specs(opts.kv_specs, &s.layers));
+
+  s.provenance.source_file = base_name(g.path());
+  s.provenance.source_format = "gguf v" + std::to_string(g.version());
+  PKV_RETURN_IF_ERROR(g.get_string("general.name", &s.provenance.source_name, &found));
+  s.provenance.converter = kConverterVersion;
+  (void)has_rope_freqs;
+  *spec = std::move(s);
+  *data = std::move(ptrs);
+  return Status::Ok();
+}
+
+Status convert_gguf_to_pkv(const std::string& in_path, const std::string& out_path, const ImportOptions& opts,
+                           ModelSpec* spec_out) {
+  std::unique_ptr<GgufFile> g;
+  PKV_RETURN_IF_ERROR(GgufFile::open(in_path, &g));
+  ModelSpec spec;
+  std::vector<const void*> data;
+  Status s = import_gguf(*g, opts, &spec, &data);
+  if (!s.ok()) return s.with_context(in_path);
+  uint64_t blob = 0;
+  PKV_RETURN_IF_ERROR(layout_tensors(&spec.tensors, &blob));
+  s = validate_spec(spec, blob);
+  if (!s.ok()) return s.with_context(in_path + " (imported)");
+  PKV_RETURN_IF_ERROR(write_model_file(out_path, spec, data));
+  if (spec_out) *spec_out = std::move(spec);
+  return Status::Ok();
+}
+
+}  // namespace phasekv

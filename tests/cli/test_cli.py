@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""End-to-end checks of the `phasekv` tool: help on every command, exit codes, convert and
+inspect output, and the memory plan recomputed here from the printed configuration."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+passed = 0
+failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+
+
+def run(args):
+    p = subprocess.run([PHASEKV] + args, capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expected_kv_bytes(cfg, layers, n_ctx):
+    """Independent restatement of DESIGN.md section 3's per-layer entry counts, K and V in f32."""
+    row = cfg["n_kv_heads"] * cfg["head_dim"] * 4 * 2
+    total = 0
+    for l in layers:
+        if l["kind"] == "full":
+            total += n_ctx * row
+        elif l["kind"] == "sliding":
+            total += min(n_ctx, l["L"]) * row
+        else:
+            W, S, L = l["W"], l["S"], l["L"]
+            acc = 2 * cfg["n_kv_heads"] * -(-W // S) * (2 + cfg["head_dim"]) * 4
+            total += min(n_ctx, L) * row + (n_ctx // S) * row + acc
+    return total
+
+
+def main():
+    global PHASEKV
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phasekv", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--tmp", required=True)
+    a = ap.parse_args()
+    PHASEKV = a.phasekv
+    gguf = os.path.join(a.data, "tiny.gguf")
+    pkv = os.path.join(a.tmp, "cli_%d.pkv" % os.getpid())
+
+    for cmd in ([], ["convert"], ["inspect"]):
+        rc, out, _ = run(cmd + ["--help"])
+        check(rc == 0 and "Usage" in out or "usage" in out.lower(), "--help for %s" % cmd)
+    rc, out, _ = run(["--help"])
+    check("convert" in out and "inspect" in out, "top-level help lists the commands")
+    rc, _, err = run([])
+    check(rc == 2, "no sub-command exits 2 (got %d)" % rc)
+
+    rc, out, err = run(["convert", "--from", "gguf", gguf, pkv, "--force",
+                        "--kv", "all:compressed:W=8,S=4,L=16,gate=uniform", "--kv", "0:full"])
+    check(rc == 0, "convert succeeds: " + err)
+    check("layers 0-0: full" in out and "layers 1-1: compressed:W=8,S=4,L=16" in out, "convert summary: " + out)
+
+    rc, _, err = run(["convert", gguf, pkv])
+    check(rc == 2 and "exists" in err, "convert refuses to overwrite without --force: " + err)
+    rc, _, err = run(["convert", gguf, gguf + ".x", "--kv", "0:compressed:W=2,S=4"])
+    check(rc == 2 and "window W = 2 is smaller than stride S = 4" in err, "bad --kv: " + err)
+    check(not os.path.exists(gguf + ".x"), "a failed convert leaves no output file")
+    rc, _, err = run(["convert", "--from", "safetensors", gguf, gguf + ".y"])
+    check(rc == 2 and "--from" in err, "--from safetensors: " + err)
+    rc, _, err = run(["convert", os.path.join(a.data, "tiny_qwen.gguf"), gguf + ".z"])
+    check(rc == 2 and "qwen2" in err, "unsupported architecture: " + err)
+
+    for n_ctx in (256, 100, 7):
+        rc, out, err = run(["inspect", pkv, "--json", "--ctx", str(n_ctx)])
+        check(rc == 0, "inspect --json: " + err)
+        j = json.loads(out)
+        cfg = j["config"]
+        check(cfg["vocab_size"] == 64 and cfg["n_layers"] == 2 and cfg["n_kv_heads"] == 2, "config in JSON")
+        check(j["plan"]["n_ctx"] == n_ctx, "plan n_ctx")
+        want = expected_kv_bytes(cfg, j["layers"], n_ctx)
+        check(j["plan"]["kv_bytes_total"] == want,
+              "kv_bytes_total %d != recomputed %d at n_ctx %d" % (j["plan"]["kv_bytes_total"], want, n_ctx))
+        check(sum(l["kv_bytes"] for l in j["layers"]) == j["plan"]["kv_bytes_total"], "layer kv_bytes sum")
+        # The mapped blob holds the tensors plus at most 63 bytes of alignment padding each.
+        tb = j["tensors"]["bytes_total"]
+        check(tb <= j["plan"]["weights_bytes"] < tb + 64 * j["tensors"]["count"], "weights bytes ~ tensor bytes")
+        check(j["tensors"]["count"] == 25, "tensor count")
+        check(set(j["tensors"]["by_dtype"]) == {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1"}, "all six dtypes")
+
+    rc, out, err = run(["inspect", pkv, "--ctx", "128"])
+    check(rc == 0 and "kv_bytes_total" in out and "compressed:W=8,S=4,L=16,gate=uniform" in out,
+          "inspect table: " + out + err)
+    rc, out, err = run(["inspect", pkv, "--tensors"])
+    check(rc == 0 and "blk.1.ffn_down.weight" in out, "inspect --tensors")
+    rc, _, err = run(["inspect", pkv, "--ctx", "0"])
+    check(rc == 2, "--ctx 0 exits 2")
+    rc, _, err = run(["inspect", pkv, "--ctx", "100000"])
+    check(rc == 2 and "max_positions = 256" in err, "--ctx above the model limit: " + err)
+    rc, _, err = run(["inspect", "/nonexistent.pkv"])
+    check(rc == 2 and "/nonexistent.pkv" in err, "missing file: " + err)
+    rc, _, err = run(["inspect", gguf])
+    check(rc == 2 and "phasekv convert" in err, "GGUF given to inspect: " + err)
+    os.remove(pkv)
+
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

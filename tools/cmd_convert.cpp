@@ -1,0 +1,84 @@
+// phasekv convert --from gguf IN.gguf OUT.pkv [--kv SPEC]...
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "gguf_import.h"
+#include "model_file.h"
+
+namespace phasekv {
+namespace tools {
+
+namespace {
+
+struct ConvertArgs {
+  std::string from = "gguf";
+  std::string in;
+  std::string out;
+  std::vector<std::string> kv;
+  bool force = false;
+};
+
+int run_convert(const ConvertArgs& a) {
+  if (a.from != "gguf")
+    return report("convert", make_error(StatusCode::kInvalidArgument, "--from '%s': only 'gguf' is supported",
+                                        a.from.c_str()));
+  struct stat si, so;
+  if (stat(a.out.c_str(), &so) == 0) {
+    if (stat(a.in.c_str(), &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+      return report("convert", make_error(StatusCode::kInvalidArgument, "OUT '%s' is the input file",
+                                          a.out.c_str()));
+    if (!a.force)
+      return report("convert", make_error(StatusCode::kInvalidArgument,
+                                          "OUT '%s' exists (pass --force to replace it)", a.out.c_str()));
+  }
+  ImportOptions opts;
+  opts.kv_specs = a.kv;
+  ModelSpec spec;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = convert_gguf_to_pkv(a.in, a.out, opts, &spec);
+  if (!s.ok()) return report("convert", s);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // Re-open what was written: the file must pass the same verification as any user's load.
+  std::unique_ptr<ModelFile> mf;
+  s = ModelFile::open(a.out, &mf);
+  if (!s.ok()) return report("convert", s.with_context("verifying the written file"));
+  std::printf("converted %s -> %s in %.2f s\n", a.in.c_str(), a.out.c_str(), secs);
+  std::printf("  %zu tensors, %.1f MiB of weights, file %.1f MiB\n", spec.tensors.size(),
+              double(mf->header().blob_size) / (1 << 20), double(mf->file_size()) / (1 << 20));
+  // Summarise the per-layer memory as runs of identical descriptors.
+  const auto& L = spec.layers;
+  for (size_t i = 0; i < L.size();) {
+    size_t j = i;
+    while (j + 1 < L.size() && L[j + 1] == L[i]) ++j;
+    std::printf("  layers %zu-%zu: %s\n", i, j, L[i].describe().c_str());
+    i = j + 1;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_convert(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<ConvertArgs>();
+  CLI::App* cmd = app.add_subcommand("convert", "Convert a GGUF model into a PhaseKV model file (.pkv)");
+  cmd->add_option("--from", args->from, "Source format")->default_val("gguf");
+  cmd->add_option("IN", args->in, "Source model file (GGUF v2/v3, llama architecture)")->required();
+  cmd->add_option("OUT", args->out, "PhaseKV model file to write")->required();
+  cmd->add_option("--kv", args->kv,
+                  "Attention memory per layer, repeatable, later wins: [LAYERS:]KIND[:PARAMS], e.g. full, "
+                  "sliding:L=512, 0-1:full, 2-29:compressed:W=8,S=4,L=64,gate=uniform (default: full)")
+      ->expected(1)
+      ->take_all();
+  cmd->add_flag("--force", args->force, "Replace OUT if it exists");
+  cmd->callback([args, exit_code] { *exit_code = run_convert(*args); });
+}
+
+}  // namespace tools
+}  // namespace phasekv

@@ -1,0 +1,201 @@
+// phasekv inspect MODEL.pkv [--ctx N] [--json] [--tensors]
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "memory_plan.h"
+#include "model_file.h"
+
+namespace phasekv {
+namespace tools {
+
+namespace {
+
+using nlohmann::json;
+
+struct InspectArgs {
+  std::string model;
+  uint32_t ctx = 0;
+  bool json = false;
+  bool tensors = false;
+};
+
+const char* rope_style_name(RopeStyle s) { return s == RopeStyle::NeoX ? "neox" : "interleaved"; }
+const char* rope_scaling_name(RopeScaling s) {
+  switch (s) {
+    case RopeScaling::None: return "none";
+    case RopeScaling::Linear: return "linear";
+    case RopeScaling::YaRN: return "yarn";
+    case RopeScaling::Llama3: return "llama3";
+  }
+  return "unknown";
+}
+
+std::string mib(uint64_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / (1024.0 * 1024.0));
+  return buf;
+}
+
+std::string shape_str(const std::vector<uint64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+json layer_json(uint32_t i, const AttentionMemory& m, const LayerMemoryPlan& p) {
+  json j = {{"layer", i}, {"kind", memory_kind_name(m.kind)}, {"describe", m.describe()}};
+  if (m.kind != MemoryKind::Full) j["L"] = m.local;
+  if (m.kind == MemoryKind::Compressed) {
+    j["W"] = m.window;
+    j["S"] = m.stride;
+    j["gate"] = gate_kind_name(m.gate);
+    j["gate_maps"] = m.gate_maps == MapSharing::Shared ? "shared" : "per_offset";
+    j["payload"] = m.payload == PayloadSource::LayerProjection ? "layer_projection" : "compressor_map";
+    j["payload_maps"] = m.payload_maps == MapSharing::Shared ? "shared" : "per_offset";
+    j["kv_tied"] = m.kv_tied;
+    j["entry_rope"] = m.entry_rope == EntryRope::RotateTokens ? "rotate_tokens" : "rotate_entry";
+    j["entry_norm"] = m.entry_norm;
+    j["sink"] = m.sink;
+    j["gap_accepted"] = m.gap_accepted;
+  }
+  j["exact_entries"] = p.exact_entries;
+  j["compressed_entries"] = p.compressed_entries;
+  j["accumulator_bytes"] = p.accumulator_bytes;
+  j["kv_bytes"] = p.kv_bytes;
+  return j;
+}
+
+int run_inspect(const InspectArgs& a) {
+  std::unique_ptr<ModelFile> mf;
+  Status s = ModelFile::open(a.model, &mf);
+  if (!s.ok()) return report("inspect", s);
+  const ModelSpec& spec = mf->spec();
+  const ModelConfig& c = spec.config;
+  const uint32_t n_ctx = a.ctx ? a.ctx : c.max_positions;
+  MemoryPlan plan;
+  s = plan_memory(spec, mf->header().blob_size, n_ctx, &plan);
+  if (!s.ok()) return report("inspect", s.with_context("--ctx"));
+
+  struct DTypeTotal { uint64_t count = 0, bytes = 0; };
+  std::map<std::string, DTypeTotal> by_dtype;
+  uint64_t tensor_bytes = 0;
+  for (const TensorInfo& t : spec.tensors) {
+    by_dtype[dtype_name(t.dtype)].count++;
+    by_dtype[dtype_name(t.dtype)].bytes += t.size;
+    tensor_bytes += t.size;
+  }
+  const TokenizerData& tok = spec.tokenizer;
+
+  if (a.json) {
+    json j;
+    j["file"] = {{"path", a.model}, {"size_bytes", mf->file_size()}, {"format_version", mf->header().version},
+                 {"blob_offset", mf->header().blob_offset}, {"metadata_bytes", mf->header().meta_size}};
+    j["provenance"] = {{"source_file", spec.provenance.source_file},
+                       {"source_format", spec.provenance.source_format},
+                       {"source_name", spec.provenance.source_name},
+                       {"converter", spec.provenance.converter}};
+    j["config"] = {{"architecture", c.architecture}, {"vocab_size", c.vocab_size}, {"d_model", c.d_model},
+                   {"n_layers", c.n_layers}, {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads},
+                   {"head_dim", c.head_dim}, {"ffn_dim", c.ffn_dim}, {"norm_eps", c.norm_eps},
+                   {"rope", {{"theta", c.rope.theta}, {"dim", c.rope.dim}, {"style", rope_style_name(c.rope.style)},
+                             {"scaling", rope_scaling_name(c.rope.scaling)}, {"factor", c.rope.factor},
+                             {"original_context", c.rope.original_context}}},
+                   {"max_positions", c.max_positions}, {"tied_embeddings", c.tied_embeddings},
+                   {"bos_id", c.bos_id}, {"eos_id", c.eos_id}, {"pad_id", c.pad_id}};
+    j["tokenizer"] = {{"type", tokenizer_type_name(tok.type)}, {"model", tok.model}, {"pre", tok.pre},
+                      {"tokens", tok.tokens.size()}, {"merges", tok.merges.size()}, {"scores", tok.scores.size()},
+                      {"bos_id", tok.bos_id}, {"eos_id", tok.eos_id}, {"eot_id", tok.eot_id},
+                      {"pad_id", tok.pad_id}, {"unk_id", tok.unk_id}, {"add_bos", tok.add_bos},
+                      {"add_eos", tok.add_eos}};
+    j["chat_template_chars"] = spec.chat_template.size();
+    json dt = json::object();
+    for (const auto& kv : by_dtype) dt[kv.first] = {{"count", kv.second.count}, {"bytes", kv.second.bytes}};
+    j["tensors"] = {{"count", spec.tensors.size()}, {"bytes_total", tensor_bytes}, {"by_dtype", dt}};
+    if (a.tensors) {
+      json list = json::array();
+      for (const TensorInfo& t : spec.tensors)
+        list.push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape},
+                        {"offset", t.offset}, {"size", t.size}});
+      j["tensors"]["list"] = list;
+    }
+    json layers = json::array();
+    for (uint32_t i = 0; i < spec.layers.size(); ++i) layers.push_back(layer_json(i, spec.layers[i], plan.layers[i]));
+    j["layers"] = layers;
+    j["plan"] = {{"n_ctx", plan.n_ctx}, {"kv_elem_bytes", plan.kv_elem_bytes}, {"kv_dtype", "f32"},
+                 {"weights_bytes", plan.weights_bytes}, {"weights_source", "mmap"},
+                 {"kv_bytes_total", plan.kv_bytes_total},
+                 {"total_bytes", plan.weights_bytes + plan.kv_bytes_total}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return kExitOk;
+  }
+
+  std::printf("model       %s (%s, format %u)\n", a.model.c_str(), mib(mf->file_size()).c_str(),
+              mf->header().version);
+  std::printf("source      %s (%s) %s; %s\n", spec.provenance.source_file.c_str(),
+              spec.provenance.source_format.c_str(), spec.provenance.source_name.c_str(),
+              spec.provenance.converter.c_str());
+  std::printf("\nhyper-parameters\n");
+  std::printf("  architecture %-10s vocab_size %-8u d_model %-6u n_layers %u\n", c.architecture.c_str(),
+              c.vocab_size, c.d_model, c.n_layers);
+  std::printf("  n_heads %-4u n_kv_heads %-4u head_dim %-4u ffn_dim %-6u norm_eps %g\n", c.n_heads, c.n_kv_heads,
+              c.head_dim, c.ffn_dim, double(c.norm_eps));
+  std::printf("  rope theta %g dim %u style %s scaling %s", double(c.rope.theta), c.rope.dim,
+              rope_style_name(c.rope.style), rope_scaling_name(c.rope.scaling));
+  if (c.rope.scaling != RopeScaling::None) std::printf(" factor %g", double(c.rope.factor));
+  std::printf("\n  max_positions %u  tied_embeddings %s  bos %d eos %d pad %d\n", c.max_positions,
+              c.tied_embeddings ? "yes" : "no", c.bos_id, c.eos_id, c.pad_id);
+  std::printf("\ntokenizer   %s (model '%s', pre '%s'): %zu tokens, %zu merges; chat template %zu chars\n",
+              tokenizer_type_name(tok.type), tok.model.c_str(), tok.pre.c_str(), tok.tokens.size(),
+              tok.merges.size(), spec.chat_template.size());
+  std::printf("\ntensors     %zu, %s\n", spec.tensors.size(), mib(tensor_bytes).c_str());
+  for (const auto& kv : by_dtype)
+    std::printf("  %-5s %5" PRIu64 " tensors %12" PRIu64 " bytes (%s)\n", kv.first.c_str(), kv.second.count,
+                kv.second.bytes, mib(kv.second.bytes).c_str());
+  if (a.tensors) {
+    for (const TensorInfo& t : spec.tensors)
+      std::printf("    %-32s %-5s %-16s offset %12" PRIu64 " size %10" PRIu64 "\n", t.name.c_str(),
+                  dtype_name(t.dtype), shape_str(t.shape).c_str(), t.offset, t.size);
+  }
+
+  std::printf("\nattention memory per layer, planned for n_ctx = %u (K and V in f32)\n", n_ctx);
+  std::printf("  %-8s %-44s %13s %18s %14s\n", "layers", "memory", "exact_entries", "compressed_entries",
+              "kv_bytes/layer");
+  for (size_t i = 0; i < spec.layers.size();) {
+    size_t j = i;
+    while (j + 1 < spec.layers.size() && spec.layers[j + 1] == spec.layers[i]) ++j;
+    const LayerMemoryPlan& p = plan.layers[i];
+    std::string range = i == j ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j);
+    std::printf("  %-8s %-44s %13" PRIu64 " %18" PRIu64 " %14" PRIu64 "\n", range.c_str(),
+                spec.layers[i].describe().c_str(), p.exact_entries, p.compressed_entries, p.kv_bytes);
+    i = j + 1;
+  }
+  std::printf("\nmemory plan (n_ctx = %u)\n", n_ctx);
+  std::printf("  weights_bytes   %14" PRIu64 "  (%s, mapped from the file)\n", plan.weights_bytes,
+              mib(plan.weights_bytes).c_str());
+  std::printf("  kv_bytes_total  %14" PRIu64 "  (%s)\n", plan.kv_bytes_total, mib(plan.kv_bytes_total).c_str());
+  std::printf("  total           %14" PRIu64 "  (%s; activation scratch not included yet)\n",
+              plan.weights_bytes + plan.kv_bytes_total, mib(plan.weights_bytes + plan.kv_bytes_total).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_inspect(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Show a model's hyper-parameters, memory layout and memory plan");
+  cmd->add_option("MODEL", args->model, "PhaseKV model file (.pkv)")->required();
+  cmd->add_option("--ctx", args->ctx, "Context length to plan memory for (default: the model's max_positions)")
+      ->check(CLI::Range(1u, 1u << 24));
+  cmd->add_flag("--json", args->json, "Print JSON instead of tables");
+  cmd->add_flag("--tensors", args->tensors, "List every tensor");
+  cmd->callback([args, exit_code] { *exit_code = run_inspect(*args); });
+}
+
+}  // namespace tools
+}  // namespace phasekv

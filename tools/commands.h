@@ -1,0 +1,24 @@
+// Sub-commands of the `phasekv` tool. Each registers its options on the CLI11 app and
+// returns the process exit code from its run function.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "status.h"
+
+namespace phasekv {
+namespace tools {
+
+// Exit codes shared by all sub-commands.
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;     // internal error, out of memory
+constexpr int kExitBadInput = 2;    // usage errors, bad files, bad arguments, I/O on inputs
+
+// Prints "phasekv <command>: error: ..." to stderr and maps the status to an exit code.
+int report(const char* command, const Status& s);
+
+void register_convert(CLI::App& app, int* exit_code);
+void register_inspect(CLI::App& app, int* exit_code);
+
+}  // namespace tools
+}  // namespace phasekv

@@ -1,0 +1,39 @@
+// phasekv: the PhaseKV command-line tool (convert, inspect; run, bench and selftest follow).
+#include <cstdio>
+
+#include "commands.h"
+
+namespace phasekv {
+namespace tools {
+
+int report(const char* command, const Status& s) {
+  if (s.ok()) return kExitOk;
+  std::fprintf(stderr, "phasekv %s: error: %s\n", command, s.to_string().c_str());
+  switch (s.code()) {
+    case StatusCode::kInternal:
+    case StatusCode::kOutOfMemory:
+      return kExitFailure;
+    default:
+      return kExitBadInput;
+  }
+}
+
+}  // namespace tools
+}  // namespace phasekv
+
+int main(int argc, char** argv) {
+  using namespace phasekv::tools;
+  CLI::App app{"PhaseKV: an embedded LLM runtime with chunked compressed KV caches and a phase self-test"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "phasekv 0.1.0 (model format 1)");
+  int exit_code = kExitOk;
+  register_convert(app, &exit_code);
+  register_inspect(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);  // prints help / the usage error
+    return rc == 0 ? kExitOk : kExitBadInput;
+  }
+  return exit_code;
+}
