@@ -74,7 +74,7 @@ void register_convert(CLI::App& app, int* exit_code) {
   cmd->add_option("--kv", args->kv,
                   "Attention memory per layer, repeatable, later wins: [LAYERS:]KIND[:PARAMS], e.g. full, "
                   "sliding:L=512, 0-1:full, 2-29:compressed:W=8,S=4,L=64,gate=uniform (default: full)")
-      ->expected(1)
+      ->allow_extra_args(false)
       ->take_all();
   cmd->add_flag("--force", args->force, "Replace OUT if it exists");
   cmd->callback([args, exit_code] { *exit_code = run_convert(*args); });

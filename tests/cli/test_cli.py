@@ -65,6 +65,12 @@ def main():
     check(rc == 0, "convert succeeds: " + err)
     check("layers 0-0: full" in out and "layers 1-1: compressed:W=8,S=4,L=16" in out, "convert summary: " + out)
 
+    # Options before the positionals: each --kv takes exactly one value.
+    rc, out, err = run(["convert", "--kv", "0:full", "--kv", "1:sliding:L=8", gguf, pkv + ".b", "--force"])
+    check(rc == 0 and "layers 1-1: sliding:L=8" in out, "--kv before IN OUT: " + out + err)
+    if os.path.exists(pkv + ".b"):
+        os.remove(pkv + ".b")
+
     rc, _, err = run(["convert", gguf, pkv])
     check(rc == 2 and "exists" in err, "convert refuses to overwrite without --force: " + err)
     rc, _, err = run(["convert", gguf, gguf + ".x", "--kv", "0:compressed:W=2,S=4"])
