@@ -8,6 +8,7 @@ PKGS=(
   cmake g++ make ninja-build pkg-config unzip
   libflatbuffers-dev flatbuffers-compiler   # model-file metadata (schema compiled by flatc at build time)
   libmimalloc-dev                           # host arenas
+  libpcre2-dev                              # Unicode classes of the tokenizer's pre-tokenizer regex
   doctest-dev                               # unit tests
   libcli11-dev                              # the phasekv command line
   nlohmann-json3-dev                        # --json output of the tools
@@ -35,13 +36,13 @@ if [ "${1:-}" = "--python" ]; then
   CACHE="${PHASEKV_CACHE:-$HOME/.cache/phasekv}"
   VENV="$CACHE/venv"
   # pyenv's python3 cannot see Debian's python3-* modules, so the test tooling lives in its own venv.
-  if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import gguf, numpy' 2>/dev/null; then
+  if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import gguf, numpy, tokenizers' 2>/dev/null; then
     echo "[install-deps] creating Python venv in $VENV"
     mkdir -p "$CACHE"
     PY=python3
     command -v "$PY" >/dev/null || PY=/usr/bin/python3
     "$PY" -m venv "$VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check "numpy>=1.24" "gguf==0.19.0"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "numpy>=1.24" "gguf==0.19.0" "tokenizers==0.23.3"
   else
     echo "[install-deps] Python venv present: $VENV"
   fi

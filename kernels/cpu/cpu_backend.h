@@ -1,0 +1,42 @@
+// The CPU backend: the reference implementation of the backend seam, multi-threaded over a
+// fixed thread pool, vectorized through cpu_kernels.h.
+#pragma once
+
+#include <memory>
+
+#include "backend.h"
+#include "cpu_kernels.h"
+#include "thread_pool.h"
+
+namespace phasekv {
+
+class CpuBackend final : public Backend {
+ public:
+  // n_threads >= 1. `table` selects the instruction set (nullptr: the best for this CPU).
+  explicit CpuBackend(int n_threads, const cpu::KernelTable* table = nullptr);
+
+  const char* name() const override { return "cpu"; }
+  const char* isa() const { return k_.name; }
+  int n_threads() const { return pool_.size(); }
+  bool supports(BackendOp op, DType weight_type) const override;
+  size_t workspace_bytes(const WorkspaceQuery& q) const override;
+  Status bind_workspace(void* base, size_t bytes, const WorkspaceQuery& q) override;
+
+  void embed(const WeightView& table, const int32_t* tokens, int n, float* out) override;
+  void rmsnorm(const float* x, const float* w, float eps, int n, int dim, float* out) override;
+  void matmul(const WeightView* w, float* const* y, int n_mats, const float* x, int n) override;
+  void rope(float* x, int n, int n_heads, int head_dim, int first_pos, const float* inv_freq, int rope_dim,
+            bool interleaved, float pos_scale) override;
+  void attention(const AttentionArgs& a) override;
+  void silu_mul(const float* g, const float* u, float* out, size_t n) override;
+  void add(float* x, const float* y, size_t n) override;
+
+ private:
+  const cpu::KernelTable& k_;
+  ThreadPool pool_;
+  float* scratch_ = nullptr;     // [n_threads, scratch_stride_]
+  size_t scratch_stride_ = 0;    // floats per thread: 4 * max_k (matmul) or n_ctx (scores)
+  int max_rope_half_ = 0;
+};
+
+}  // namespace phasekv

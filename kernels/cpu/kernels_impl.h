@@ -1,0 +1,96 @@
+// The CPU kernels, written once over an 8-lane vector type V (vec8_*.h). Included only by
+// the per-ISA translation units (kernels_avx2.cpp, kernels_neon.cpp, kernels_portable.cpp),
+// which instantiate them. See cpu_kernels.h for the determinism contract.
+#pragma once
+
+#include <algorithm>
+
+#include "cpu_kernels.h"
+
+namespace phasekv {
+namespace cpu {
+namespace impl {
+
+using DequantFn = void (*)(DType, const void*, float*, int);
+
+// The dot-product sequence every kernel follows: 8-lane partial sums in index order,
+// V::hsum, then the tail in index order.
+template <class V>
+float dot(const float* a, const float* b, int n) {
+  const int n8 = n & ~7;
+  V acc = V::zero();
+  for (int i = 0; i < n8; i += 8) acc = V::fma(V::load(a + i), V::load(b + i), acc);
+  float s = acc.hsum();
+  for (int i = n8; i < n; ++i) s = s + a[i] * b[i];
+  return s;
+}
+
+template <class V>
+void axpy(float a, const float* x, float* y, int n) {
+  const int n8 = n & ~7;
+  const V va = V::set1(a);
+  for (int i = 0; i < n8; i += 8) V::fma(va, V::load(x + i), V::load(y + i)).store(y + i);
+  for (int i = n8; i < n; ++i) y[i] = y[i] + a * x[i];
+}
+
+// NR rows x NT tokens of dot products, each with exactly dot<V>'s sequence.
+template <class V, int NR, int NT>
+inline void tile(const float* const* w, const float* x, int ldx, int k, float* y, int ldy) {
+  const int k8 = k & ~7;
+  V acc[NR][NT];
+  for (int r = 0; r < NR; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = V::zero();
+  for (int i = 0; i < k8; i += 8) {
+    V xv[NT];
+    for (int t = 0; t < NT; ++t) xv[t] = V::load(x + size_t(t) * ldx + i);
+    for (int r = 0; r < NR; ++r) {
+      const V wv = V::load(w[r] + i);
+      for (int t = 0; t < NT; ++t) acc[r][t] = V::fma(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int t = 0; t < NT; ++t) {
+      float s = acc[r][t].hsum();
+      const float* xt = x + size_t(t) * ldx;
+      for (int i = k8; i < k; ++i) s = s + w[r][i] * xt[i];
+      y[size_t(t) * ldy + r] = s;
+    }
+}
+
+template <class V, int NR>
+inline void tile_tokens(const float* const* w, const MatmulArgs& a, int t0, int t1, int row) {
+  int t = t0;
+  for (; t + 2 <= t1; t += 2) tile<V, NR, 2>(w, a.x + size_t(t) * a.k, a.k, a.k, a.y + size_t(t) * a.ldy + row, a.ldy);
+  for (; t < t1; ++t) tile<V, NR, 1>(w, a.x + size_t(t) * a.k, a.k, a.k, a.y + size_t(t) * a.ldy + row, a.ldy);
+}
+
+template <class V, DequantFn Deq>
+void matmul_rows(const MatmulArgs& a, int row_begin, int row_end, float* scratch) {
+  constexpr int kTokenBlock = 64;  // keeps a block of X in L2 while rows stream past
+  for (int t0 = 0; t0 < a.n_tok; t0 += kTokenBlock) {
+    const int t1 = std::min(a.n_tok, t0 + kTokenBlock);
+    for (int r = row_begin; r < row_end; r += 4) {
+      const int nr = std::min(4, row_end - r);
+      const float* w[4];
+      for (int i = 0; i < nr; ++i) {
+        const void* src = static_cast<const uint8_t*>(a.w) + size_t(r + i) * a.w_row_bytes;
+        if (a.wtype == DType::F32) {
+          w[i] = static_cast<const float*>(src);
+        } else {
+          Deq(a.wtype, src, scratch + size_t(i) * a.k, a.k);
+          w[i] = scratch + size_t(i) * a.k;
+        }
+      }
+      switch (nr) {
+        case 4: tile_tokens<V, 4>(w, a, t0, t1, r); break;
+        case 3: tile_tokens<V, 3>(w, a, t0, t1, r); break;
+        case 2: tile_tokens<V, 2>(w, a, t0, t1, r); break;
+        default: tile_tokens<V, 1>(w, a, t0, t1, r); break;
+      }
+    }
+  }
+}
+
+}  // namespace impl
+}  // namespace cpu
+}  // namespace phasekv

@@ -1,0 +1,22 @@
+// Portable instantiation of the CPU kernels (any C++17 compiler and CPU).
+#include "kernels_impl.h"
+#include "vec8_portable.h"
+
+namespace phasekv {
+namespace cpu {
+
+namespace {
+void dequant_reference(DType t, const void* src, float* out, int n) { dequantize_row(t, src, out, n); }
+}  // namespace
+
+extern const KernelTable kPortableKernels;  // external linkage (a namespace-scope const is internal otherwise)
+const KernelTable kPortableKernels = {
+    "portable",
+    dequant_reference,
+    impl::dot<Vec8Portable>,
+    impl::matmul_rows<Vec8Portable, dequant_reference>,
+    impl::axpy<Vec8Portable>,
+};
+
+}  // namespace cpu
+}  // namespace phasekv

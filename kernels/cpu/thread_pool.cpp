@@ -1,0 +1,90 @@
+#include "thread_pool.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace phasekv {
+
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+// Workers spin this many rounds for the next op before sleeping: decode issues a few
+// hundred short ops per token, and a sleep/wake per op would cost more than the op.
+constexpr int kSpinRounds = 1 << 16;
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+  workers_.reserve(size_t(n_threads_ - 1));
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back(&ThreadPool::worker, this, i);
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true);
+    generation_.fetch_add(1);
+  }
+  cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::work(int thread) {
+  for (;;) {
+    const int task = next_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= n_tasks_) break;
+    fn_(ctx_, task, thread);
+  }
+}
+
+void ThreadPool::worker(int index) {
+  unsigned seen = 0;
+  for (;;) {
+    unsigned gen = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; gen == seen && spin < kSpinRounds; ++spin) {
+      cpu_relax();
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    if (gen == seen) {
+      std::unique_lock<std::mutex> lock(mu_);
+      sleeping_.fetch_add(1, std::memory_order_seq_cst);
+      cv_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+      sleeping_.fetch_sub(1);
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    seen = gen;
+    if (stop_.load()) return;
+    work(index);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::run(int n_tasks, TaskFn fn, void* ctx) {
+  if (n_threads_ == 1 || n_tasks <= 1) {
+    for (int t = 0; t < n_tasks; ++t) fn(ctx, t, 0);
+    return;
+  }
+  fn_ = fn;
+  ctx_ = ctx;
+  n_tasks_ = n_tasks;
+  next_.store(0, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  // Publish the op, then wake sleepers. Both sides use sequentially consistent operations
+  // (a worker increments sleeping_ and then re-reads generation_ under the lock), so either
+  // the worker sees the new generation or this thread sees it sleeping and notifies.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  work(0);
+  const int workers = n_threads_ - 1;
+  while (done_.load(std::memory_order_acquire) < workers) cpu_relax();
+}
+
+}  // namespace phasekv

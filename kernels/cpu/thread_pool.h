@@ -1,0 +1,46 @@
+// A fixed pool of worker threads created with a context and reused for every op. run()
+// hands out task indices 0..n_tasks-1 dynamically; the caller's thread works too. No
+// allocation after construction. Results must not depend on which thread runs a task
+// (kernels split work by whole rows/heads), so the thread count never changes a bit.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace phasekv {
+
+class ThreadPool {
+ public:
+  using TaskFn = void (*)(void* ctx, int task, int thread);
+
+  explicit ThreadPool(int n_threads);  // n_threads >= 1 (1 = no workers)
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+  // Runs fn(ctx, task, thread) for every task in [0, n_tasks); returns when all are done.
+  void run(int n_tasks, TaskFn fn, void* ctx);
+
+ private:
+  void worker(int index);
+  void work(int thread);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  TaskFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  int n_tasks_ = 0;
+  std::atomic<int> next_{0};
+  std::atomic<int> done_{0};
+  std::atomic<unsigned> generation_{0};
+  std::atomic<int> sleeping_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+}  // namespace phasekv

@@ -1,0 +1,55 @@
+// A loaded model: the mapped, verified file plus everything derived from it once (weight
+// views, f32 norm weights, RoPE frequencies, the tokenizer). Immutable after load, so any
+// number of contexts may share it from any threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "model_file.h"
+#include "tokenizer.h"
+
+namespace phasekv {
+
+class Model {
+ public:
+  struct Layer {
+    const float* attn_norm;  // [d_model]
+    WeightView wq, wk, wv, wo;
+    const float* ffn_norm;   // [d_model]
+    WeightView w_gate, w_up, w_down;
+  };
+
+  static Status load(const std::string& path, std::unique_ptr<Model>* out);
+
+  const ModelFile& file() const { return *file_; }
+  const ModelSpec& spec() const { return file_->spec(); }
+  const ModelConfig& config() const { return file_->spec().config; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const Layer& layer(int i) const { return layers_[size_t(i)]; }
+  const WeightView& token_embd() const { return token_embd_; }
+  const WeightView& output() const { return output_; }
+  const float* output_norm() const { return output_norm_; }
+  const float* rope_inv_freq() const { return rope_inv_freq_.data(); }  // [rope.dim / 2]
+  float rope_pos_scale() const { return rope_pos_scale_; }
+  uint64_t weight_bytes() const { return file_->header().blob_size; }
+
+ private:
+  Model() = default;
+  Status build();
+  Status weight(const std::string& name, WeightView* out) const;
+  Status norm(const std::string& name, const float** out);
+
+  std::unique_ptr<ModelFile> file_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<Layer> layers_;
+  WeightView token_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<std::vector<float>> converted_norms_;  // norms stored as F16/BF16, converted once
+  std::vector<float> rope_inv_freq_;
+  float rope_pos_scale_ = 1.0f;
+};
+
+}  // namespace phasekv

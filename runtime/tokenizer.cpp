@@ -1,0 +1,169 @@
+#include "tokenizer.h"
+
+#include <algorithm>
+
+namespace phasekv {
+
+Status make_bpe_tokenizer(const TokenizerData& d, std::unique_ptr<Tokenizer>* out);
+Status make_spm_tokenizer(const TokenizerData& d, std::unique_ptr<Tokenizer>* out);
+
+int utf8_sequence_length(const unsigned char* s, size_t n) {
+  if (n == 0) return 0;
+  const unsigned char c = s[0];
+  int len;
+  uint32_t min_cp;
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) { len = 2; min_cp = 0x80; }
+  else if (c >= 0xE0 && c <= 0xEF) { len = 3; min_cp = 0x800; }
+  else if (c >= 0xF0 && c <= 0xF4) { len = 4; min_cp = 0x10000; }
+  else return -1;
+  uint32_t cp = c & (0x7F >> len);
+  for (int i = 1; i < len; ++i) {
+    if (size_t(i) >= n) return 0;  // incomplete so far
+    if ((s[i] & 0xC0) != 0x80) return -1;
+    cp = (cp << 6) | (s[i] & 0x3F);
+    // Reject overlongs, surrogates and > U+10FFFF as early as the second byte allows.
+    if (i == 1) {
+      if (len == 3 && c == 0xE0 && s[1] < 0xA0) return -1;
+      if (len == 3 && c == 0xED && s[1] >= 0xA0) return -1;
+      if (len == 4 && c == 0xF0 && s[1] < 0x90) return -1;
+      if (len == 4 && c == 0xF4 && s[1] >= 0x90) return -1;
+    }
+  }
+  if (cp < min_cp) return -1;
+  return len;
+}
+
+int64_t utf8_first_invalid(std::string_view text) {
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
+  size_t i = 0;
+  while (i < text.size()) {
+    const int l = utf8_sequence_length(s + i, text.size() - i);
+    if (l <= 0) return int64_t(i);
+    i += size_t(l);
+  }
+  return -1;
+}
+
+Status Tokenizer::create(const TokenizerData& d, std::unique_ptr<Tokenizer>* out) {
+  std::unique_ptr<Tokenizer> t;
+  switch (d.type) {
+    case TokenizerType::ByteLevelBPE: PKV_RETURN_IF_ERROR(make_bpe_tokenizer(d, &t)); break;
+    case TokenizerType::SentencePiece: PKV_RETURN_IF_ERROR(make_spm_tokenizer(d, &t)); break;
+    case TokenizerType::None:
+      return make_error(StatusCode::kUnsupported, "the model file has no tokenizer");
+    default:
+      return make_error(StatusCode::kUnsupported, "tokenizer.type = %u is unknown", unsigned(d.type));
+  }
+  t->tokens_ = d.tokens;
+  t->special_.assign(d.tokens.size(), false);
+  t->ids_.reserve(d.tokens.size());
+  for (size_t i = 0; i < d.tokens.size(); ++i) {
+    t->ids_.emplace(d.tokens[i], int32_t(i));  // first id wins for duplicate texts
+    const int32_t type = i < d.token_types.size() ? d.token_types[i] : 1;
+    if ((type == 3 || type == 4) && !d.tokens[i].empty()) {
+      t->special_[i] = true;
+      t->specials_by_length_.push_back(int32_t(i));
+    }
+  }
+  std::stable_sort(t->specials_by_length_.begin(), t->specials_by_length_.end(),
+                   [&](int32_t a, int32_t b) { return d.tokens[size_t(a)].size() > d.tokens[size_t(b)].size(); });
+  t->bos_ = d.bos_id;
+  t->eos_ = d.eos_id;
+  t->eot_ = d.eot_id >= 0 ? d.eot_id : d.eos_id;
+  t->add_bos_ = d.add_bos;
+  *out = std::move(t);
+  return Status::Ok();
+}
+
+int32_t Tokenizer::find(const std::string& text) const {
+  auto it = ids_.find(text);
+  return it == ids_.end() ? -1 : it->second;
+}
+
+Status Tokenizer::encode(std::string_view text, bool parse_special, std::vector<int32_t>* out) const {
+  const int64_t bad = utf8_first_invalid(text);
+  if (bad >= 0)
+    return make_error(StatusCode::kInvalidArgument, "text is not valid UTF-8 (byte 0x%02x at offset %lld)",
+                      unsigned(static_cast<unsigned char>(text[size_t(bad)])), (long long)bad);
+  std::vector<int32_t> ids;
+  size_t start = 0, i = 0;
+  while (i < text.size()) {
+    int32_t hit = -1;
+    if (parse_special) {
+      for (int32_t id : specials_by_length_) {
+        const std::string& s = tokens_[size_t(id)];
+        if (text.compare(i, s.size(), s) == 0) {
+          hit = id;
+          break;
+        }
+      }
+    }
+    if (hit < 0) {
+      ++i;
+      continue;
+    }
+    if (i > start) PKV_RETURN_IF_ERROR(encode_plain(text.substr(start, i - start), &ids));
+    ids.push_back(hit);
+    i += tokens_[size_t(hit)].size();
+    start = i;
+  }
+  if (start < text.size()) PKV_RETURN_IF_ERROR(encode_plain(text.substr(start), &ids));
+  out->insert(out->end(), ids.begin(), ids.end());
+  return Status::Ok();
+}
+
+Status Tokenizer::token_bytes(int32_t id, std::string* out) const {
+  if (id < 0 || id >= n_tokens())
+    return make_error(StatusCode::kInvalidArgument, "token id %d is outside the vocabulary [0, %d)", id, n_tokens());
+  out->clear();
+  if (special_[size_t(id)]) {
+    *out = tokens_[size_t(id)];
+  } else {
+    append_token_bytes(id, out);
+  }
+  return Status::Ok();
+}
+
+Status Tokenizer::decode(const std::vector<int32_t>& ids, std::string* out) const {
+  std::string s, piece;
+  for (int32_t id : ids) {
+    PKV_RETURN_IF_ERROR(token_bytes(id, &piece));
+    s += piece;
+  }
+  *out = std::move(s);
+  return Status::Ok();
+}
+
+Status StreamDecoder::push(int32_t id, std::string* out) {
+  std::string piece;
+  PKV_RETURN_IF_ERROR(tok_.token_bytes(id, &piece));
+  pending_ += piece;
+  drain(out, false);
+  return Status::Ok();
+}
+
+void StreamDecoder::flush(std::string* out) { drain(out, true); }
+
+void StreamDecoder::drain(std::string* out, bool final) {
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(pending_.data());
+  size_t i = 0;
+  while (i < pending_.size()) {
+    const int l = utf8_sequence_length(s + i, pending_.size() - i);
+    if (l > 0) {
+      out->append(pending_, i, size_t(l));
+      i += size_t(l);
+    } else if (l < 0) {
+      out->append("\xEF\xBF\xBD");  // U+FFFD for a byte that can never start a valid character here
+      ++i;
+    } else if (final) {
+      out->append("\xEF\xBF\xBD");  // an unfinished character at the end of the stream
+      i = pending_.size();
+    } else {
+      break;  // wait for the rest of the character
+    }
+  }
+  pending_.erase(0, i);
+}
+
+}  // namespace phasekv

@@ -1,0 +1,83 @@
+// Tokenizers built from the vocabulary stored in the model file:
+//   * byte-level BPE (GPT-2 style; GGUF "gpt2") with the model's pre-tokenizer. Supported
+//     pre-tokenizers: "smollm"/"starcoder" family (digits split one by one, then the GPT-2
+//     regex) and "default"/"gpt2" (the GPT-2 regex alone). Unicode classes come from PCRE2.
+//   * SentencePiece-style BPE (GGUF "llama"): scores rank merges, "▁" marks spaces, byte
+//     fallback tokens <0xXX> cover anything else.
+// Control and user-defined tokens are "special": encode() matches their literal text only
+// when parse_special is set (templates), never inside user content by default.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "model_spec.h"
+
+namespace phasekv {
+
+class Tokenizer {
+ public:
+  static Status create(const TokenizerData& data, std::unique_ptr<Tokenizer>* out);
+  virtual ~Tokenizer() = default;
+
+  // Encodes UTF-8 `text`. Invalid UTF-8 is an error naming the byte offset. BOS/EOS are not
+  // added here (the caller decides; see add_bos()).
+  Status encode(std::string_view text, bool parse_special, std::vector<int32_t>* out) const;
+  // Concatenated bytes of the tokens (specials as their text). Can end in a partial UTF-8
+  // sequence; use StreamDecoder for text shown to people.
+  Status decode(const std::vector<int32_t>& ids, std::string* out) const;
+  // Bytes of one token.
+  Status token_bytes(int32_t id, std::string* out) const;
+
+  int32_t n_tokens() const { return int32_t(tokens_.size()); }
+  bool is_special(int32_t id) const { return id >= 0 && id < n_tokens() && special_[size_t(id)]; }
+  int32_t bos() const { return bos_; }
+  int32_t eos() const { return eos_; }
+  int32_t eot() const { return eot_; }
+  bool add_bos() const { return add_bos_; }
+  // id of a token by its exact text, or -1.
+  int32_t find(const std::string& text) const;
+
+ protected:
+  Tokenizer() = default;
+  // Encodes one run of text that contains no special token.
+  virtual Status encode_plain(std::string_view text, std::vector<int32_t>* out) const = 0;
+  virtual void append_token_bytes(int32_t id, std::string* out) const = 0;
+
+  std::vector<std::string> tokens_;
+  std::vector<bool> special_;
+  std::unordered_map<std::string, int32_t> ids_;
+  std::vector<int32_t> specials_by_length_;  // special token ids, longest text first
+  int32_t bos_ = -1, eos_ = -1, eot_ = -1;
+  bool add_bos_ = false;
+};
+
+// Turns a stream of tokens into text without ever emitting a broken UTF-8 sequence:
+// bytes of an incomplete character wait for the next token; bytes that can never form a
+// valid character become U+FFFD.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}
+  // Appends the newly complete text to *out.
+  Status push(int32_t id, std::string* out);
+  // Emits whatever is pending (an unfinished character becomes U+FFFD).
+  void flush(std::string* out);
+  void reset() { pending_.clear(); }
+
+ private:
+  void drain(std::string* out, bool final);
+  const Tokenizer& tok_;
+  std::string pending_;
+};
+
+// Length of the valid UTF-8 sequence starting at s[0] (1..4), 0 if s[0..n) starts an
+// incomplete but so-far valid sequence, -1 if it is invalid.
+int utf8_sequence_length(const unsigned char* s, size_t n);
+// Byte offset of the first invalid UTF-8 sequence in text, or -1 if it is all valid.
+int64_t utf8_first_invalid(std::string_view text);
+
+}  // namespace phasekv
