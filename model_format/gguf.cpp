@@ -82,18 +82,18 @@ Status read_value(Cursor& c, GgufType type, GgufValue* v, const std::string& key
   v->type = type;
   const char* k = key.c_str();
   switch (type) {
-    case GgufType::U8: { uint8_t x; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->u = x; return Status::Ok(); }
-    case GgufType::I8: { int8_t x; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->i = x; return Status::Ok(); }
-    case GgufType::U16: { uint16_t x; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->u = x; return Status::Ok(); }
-    case GgufType::I16: { int16_t x; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->i = x; return Status::Ok(); }
-    case GgufType::U32: { uint32_t x; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->u = x; return Status::Ok(); }
-    case GgufType::I32: { int32_t x; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->i = x; return Status::Ok(); }
-    case GgufType::U64: { uint64_t x; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->u = x; return Status::Ok(); }
-    case GgufType::I64: { int64_t x; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->i = x; return Status::Ok(); }
-    case GgufType::F32: { float x; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->f = x; return Status::Ok(); }
-    case GgufType::F64: { double x; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->f = x; return Status::Ok(); }
+    case GgufType::U8: { uint8_t x = 0; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->u = x; return Status::Ok(); }
+    case GgufType::I8: { int8_t x = 0; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->i = x; return Status::Ok(); }
+    case GgufType::U16: { uint16_t x = 0; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->u = x; return Status::Ok(); }
+    case GgufType::I16: { int16_t x = 0; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->i = x; return Status::Ok(); }
+    case GgufType::U32: { uint32_t x = 0; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->u = x; return Status::Ok(); }
+    case GgufType::I32: { int32_t x = 0; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->i = x; return Status::Ok(); }
+    case GgufType::U64: { uint64_t x = 0; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->u = x; return Status::Ok(); }
+    case GgufType::I64: { int64_t x = 0; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->i = x; return Status::Ok(); }
+    case GgufType::F32: { float x = 0; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->f = x; return Status::Ok(); }
+    case GgufType::F64: { double x = 0; PKV_RETURN_IF_ERROR(c.read(&x, k)); v->f = x; return Status::Ok(); }
     case GgufType::BOOL: {
-      uint8_t x;
+      uint8_t x = 0;
       PKV_RETURN_IF_ERROR(c.read(&x, k));
       if (x > 1)
         return make_error(StatusCode::kInvalidFile, "metadata '%s': bool value %u is neither 0 nor 1", k, x);

@@ -19,6 +19,8 @@ int report(const char* command, const Status& s);
 
 void register_convert(CLI::App& app, int* exit_code);
 void register_inspect(CLI::App& app, int* exit_code);
+void register_run(CLI::App& app, int* exit_code);
+void register_bench(CLI::App& app, int* exit_code);
 
 }  // namespace tools
 }  // namespace phasekv

@@ -1,4 +1,4 @@
-// phasekv: the PhaseKV command-line tool (convert, inspect; run, bench and selftest follow).
+// phasekv: the PhaseKV command-line tool (convert, inspect, run, bench; selftest follows).
 #include <cstdio>
 
 #include "commands.h"
@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   int exit_code = kExitOk;
   register_convert(app, &exit_code);
   register_inspect(app, &exit_code);
+  register_run(app, &exit_code);
+  register_bench(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

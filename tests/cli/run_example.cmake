@@ -3,7 +3,7 @@ execute_process(COMMAND ${PHASEKV} convert ${GGUF} ${OUT} --force RESULT_VARIABL
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "phasekv convert failed: ${rc}")
 endif()
-execute_process(COMMAND ${EXAMPLE} ${OUT} RESULT_VARIABLE rc)
+execute_process(COMMAND ${EXAMPLE} ${OUT} ${ARGS} RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "example failed: ${rc}")
 endif()

@@ -41,12 +41,49 @@ def expected_kv_bytes(cfg, layers, n_ctx):
     return total
 
 
+def run_checks(a):
+    smol = os.path.join(a.tmp, "cli_smollm2_%d.pkv" % os.getpid())
+    rc, _, err = run(["convert", a.smollm2, smol, "--force"])
+    check(rc == 0, "convert SmolLM2: " + err)
+    rc, out, err = run(["run", "-m", smol, "-p", "The capital of France is", "-n", "8", "--greedy", "-t", "2"])
+    check(rc == 0 and "Paris" in out, "run greedy: " + out + err)
+    check("tok/s prefill" in err and "tok/s decode" in err, "run prints prefill and decode speed: " + err)
+    rc, out, err = run(["run", "-m", smol, "-p", "Hi", "--chat", "-n", "4", "--seed", "3", "-t", "1"])
+    rc2, out2, _ = run(["run", "-m", smol, "-p", "Hi", "--chat", "-n", "4", "--seed", "3", "-t", "2"])
+    check(rc == 0 and rc2 == 0 and out == out2, "same seed, same text across thread counts")
+    rc, _, err = run(["run", "-m", smol, "-p", "x", "-t", "0"])
+    check(rc == 2 and "n_threads = 0" in err, "-t 0: " + err)
+    rc, _, err = run(["run", "-m", smol, "-p", "one two three four five six", "-c", "4"])
+    check(rc == 2 and "context holds 4" in err, "prompt longer than the context: " + err)
+    rc, _, err = run(["run", "-m", smol, "-p", ""])
+    check(rc == 2, "empty prompt: " + err)
+    rc, _, err = run(["run", "-m", smol, "-p", "x", "-c", "100000"])
+    check(rc == 2 and "max_positions" in err, "-c above the model limit: " + err)
+    bad = os.path.join(a.tmp, "bad_utf8_%d.txt" % os.getpid())
+    with open(bad, "wb") as f:
+        f.write(b"caf\xc3 au lait")
+    rc, _, err = run(["run", "-m", smol, "-f", bad])
+    check(rc == 2 and "not valid UTF-8" in err, "invalid UTF-8 prompt: " + err)
+    os.remove(bad)
+    rc, out, err = run(["bench", "-m", smol, "-p", "16", "-n", "4", "-r", "2", "-t", "2", "--json"])
+    check(rc == 0, "bench: " + err)
+    if rc == 0:
+        j = json.loads(out)
+        check(j["prefill_tok_s"]["mean"] > 0 and j["decode_tok_s"]["mean"] > 0 and len(j["decode_tok_s"]["runs"]) == 2,
+              "bench JSON: " + out)
+        check(j["threads"] == 2 and j["peak_rss_bytes"] > j["model_bytes"] // 2, "bench threads and RSS")
+    rc, _, err = run(["bench", "-m", smol, "-p", "0", "-n", "0"])
+    check(rc == 2, "bench with nothing to time")
+    os.remove(smol)
+
+
 def main():
     global PHASEKV
     ap = argparse.ArgumentParser()
     ap.add_argument("--phasekv", required=True)
     ap.add_argument("--data", required=True)
     ap.add_argument("--tmp", required=True)
+    ap.add_argument("--smollm2", default="", help="SmolLM2 GGUF for the run/bench checks (skipped when empty)")
     a = ap.parse_args()
     PHASEKV = a.phasekv
     gguf = os.path.join(a.data, "tiny.gguf")
@@ -112,6 +149,16 @@ def main():
     rc, _, err = run(["inspect", gguf])
     check(rc == 2 and "phasekv convert" in err, "GGUF given to inspect: " + err)
     os.remove(pkv)
+
+    for cmd in (["run"], ["bench"]):
+        rc, out, _ = run(cmd + ["--help"])
+        check(rc == 0 and "--model" in out, "--help for %s" % cmd)
+    rc, _, err = run(["run", "-m", "/nonexistent.pkv", "-p", "x"])
+    check(rc == 2 and "/nonexistent.pkv" in err, "run: missing model: " + err)
+    if a.smollm2:
+        run_checks(a)
+    else:
+        print("skipped: run/bench checks on SmolLM2 (no --smollm2)")
 
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0

@@ -1,0 +1,235 @@
+// The C API over the C++ core (phasekv.h). Catches everything at the boundary.
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "chat_template.h"
+#include "context.h"
+#include "phasekv.h"
+#include "sampler.h"
+
+struct pkv_model {
+  std::unique_ptr<phasekv::Model> m;
+};
+struct pkv_context {
+  std::unique_ptr<phasekv::Context> c;
+};
+struct pkv_sampler {
+  phasekv::Sampler s;
+};
+struct pkv_detokenizer {
+  explicit pkv_detokenizer(const phasekv::Tokenizer& t) : d(t) {}
+  phasekv::StreamDecoder d;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+pkv_status fail(const phasekv::Status& s) {
+  g_last_error = s.message();
+  return static_cast<pkv_status>(static_cast<int>(s.code()));
+}
+pkv_status fail(pkv_status code, const char* msg) {
+  g_last_error = msg;
+  return code;
+}
+
+template <class F>
+pkv_status guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return fail(PKV_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(PKV_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(PKV_ERR_INTERNAL, "unknown exception");
+  }
+}
+
+#define PKV_CHECK_ARG(cond, msg) \
+  if (!(cond)) return fail(PKV_ERR_INVALID_ARGUMENT, msg)
+
+}  // namespace
+
+extern "C" {
+
+const char* pkv_last_error(void) { return g_last_error.c_str(); }
+
+const char* pkv_status_string(pkv_status s) {
+  return phasekv::status_code_name(static_cast<phasekv::StatusCode>(static_cast<int>(s)));
+}
+
+pkv_status pkv_model_load(const char* path, pkv_model** out) {
+  PKV_CHECK_ARG(path && out, "pkv_model_load: path and out must not be NULL");
+  return guarded([&] {
+    std::unique_ptr<pkv_model> m(new pkv_model());
+    phasekv::Status s = phasekv::Model::load(path, &m->m);
+    if (!s.ok()) return fail(s);
+    *out = m.release();
+    return PKV_OK;
+  });
+}
+
+void pkv_model_free(pkv_model* model) { delete model; }
+int32_t pkv_model_n_vocab(const pkv_model* m) { return m ? int32_t(m->m->config().vocab_size) : 0; }
+uint32_t pkv_model_max_positions(const pkv_model* m) { return m ? m->m->config().max_positions : 0; }
+int pkv_token_is_end(const pkv_model* m, int32_t t) {
+  if (!m) return 0;
+  const phasekv::Tokenizer& tok = m->m->tokenizer();
+  return t >= 0 && (t == tok.eos() || t == tok.eot());
+}
+
+pkv_status pkv_tokenize(const pkv_model* model, const char* text, size_t text_len, int parse_special, int add_bos,
+                        int32_t* tokens, size_t capacity, size_t* n_tokens) {
+  PKV_CHECK_ARG(model && (text || text_len == 0) && n_tokens, "pkv_tokenize: model, text and n_tokens are required");
+  return guarded([&] {
+    const phasekv::Tokenizer& tok = model->m->tokenizer();
+    std::vector<int32_t> ids;
+    if (add_bos && tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
+    phasekv::Status s = tok.encode(std::string_view(text ? text : "", text_len), parse_special != 0, &ids);
+    if (!s.ok()) return fail(s);
+    *n_tokens = ids.size();
+    if (ids.size() > capacity || (!tokens && !ids.empty()))
+      return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_tokenize: capacity is smaller than *n_tokens");
+    if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
+    return PKV_OK;
+  });
+}
+
+pkv_status pkv_token_to_bytes(const pkv_model* model, int32_t token, char* buf, size_t capacity, size_t* len) {
+  PKV_CHECK_ARG(model && len, "pkv_token_to_bytes: model and len are required");
+  return guarded([&] {
+    std::string b;
+    phasekv::Status s = model->m->tokenizer().token_bytes(token, &b);
+    if (!s.ok()) return fail(s);
+    *len = b.size();
+    if (b.size() > capacity || (!buf && !b.empty()))
+      return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_token_to_bytes: capacity is smaller than *len");
+    if (!b.empty()) std::memcpy(buf, b.data(), b.size());
+    return PKV_OK;
+  });
+}
+
+pkv_status pkv_detokenizer_init(const pkv_model* model, pkv_detokenizer** out) {
+  PKV_CHECK_ARG(model && out, "pkv_detokenizer_init: model and out are required");
+  return guarded([&] {
+    *out = new pkv_detokenizer(model->m->tokenizer());
+    return PKV_OK;
+  });
+}
+
+void pkv_detokenizer_free(pkv_detokenizer* d) { delete d; }
+
+pkv_status pkv_detokenizer_push(pkv_detokenizer* d, int32_t token, char* buf, size_t capacity, size_t* len) {
+  PKV_CHECK_ARG(d && buf && len && capacity > 0, "pkv_detokenizer_push: d, buf, len and capacity are required");
+  return guarded([&] {
+    std::string text;
+    phasekv::Status s = d->d.push(token, &text);
+    if (!s.ok()) return fail(s);
+    if (text.size() + 1 > capacity) return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_detokenizer_push: buffer too small");
+    std::memcpy(buf, text.data(), text.size());
+    buf[text.size()] = '\0';
+    *len = text.size();
+    return PKV_OK;
+  });
+}
+
+pkv_status pkv_chat_apply_template(const pkv_model* model, const pkv_chat_message* messages, size_t n_messages,
+                                   int add_generation_prompt, char* buf, size_t capacity, size_t* len) {
+  PKV_CHECK_ARG(model && (messages || n_messages == 0) && len, "pkv_chat_apply_template: bad arguments");
+  return guarded([&] {
+    std::vector<phasekv::ChatMessage> msgs;
+    for (size_t i = 0; i < n_messages; ++i) {
+      if (!messages[i].role || !messages[i].content)
+        return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_chat_apply_template: a message has a NULL role or content");
+      msgs.push_back({messages[i].role, messages[i].content});
+    }
+    std::string out;
+    phasekv::Status s =
+        phasekv::apply_chat_template(model->m->spec().chat_template, msgs, add_generation_prompt != 0, &out);
+    if (!s.ok()) return fail(s);
+    *len = out.size();
+    if (out.size() + 1 > capacity || !buf)
+      return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_chat_apply_template: capacity is smaller than *len + 1");
+    std::memcpy(buf, out.c_str(), out.size() + 1);
+    return PKV_OK;
+  });
+}
+
+pkv_context_params pkv_context_default_params(void) {
+  const phasekv::ContextParams p = phasekv::default_context_params();
+  return pkv_context_params{p.n_ctx, p.n_batch, p.n_threads};
+}
+
+pkv_status pkv_context_init(const pkv_model* model, const pkv_context_params* params, pkv_context** out) {
+  PKV_CHECK_ARG(model && params && out, "pkv_context_init: model, params and out are required");
+  return guarded([&] {
+    phasekv::ContextParams p;
+    p.n_ctx = params->n_ctx;
+    p.n_batch = params->n_batch;
+    p.n_threads = params->n_threads;
+    std::unique_ptr<pkv_context> c(new pkv_context());
+    phasekv::Status s = phasekv::Context::create(*model->m, p, &c->c);
+    if (!s.ok()) return fail(s);
+    *out = c.release();
+    return PKV_OK;
+  });
+}
+
+void pkv_context_free(pkv_context* ctx) { delete ctx; }
+
+pkv_status pkv_prefill(pkv_context* ctx, const int32_t* tokens, size_t n) {
+  PKV_CHECK_ARG(ctx, "pkv_prefill: ctx is NULL");
+  return guarded([&] {
+    phasekv::Status s = ctx->c->prefill(tokens, n);
+    return s.ok() ? PKV_OK : fail(s);
+  });
+}
+
+pkv_status pkv_decode(pkv_context* ctx, int32_t token) { return pkv_prefill(ctx, &token, 1); }
+const float* pkv_logits(const pkv_context* ctx) { return ctx ? ctx->c->logits() : nullptr; }
+uint32_t pkv_context_n_past(const pkv_context* ctx) { return ctx ? ctx->c->n_past() : 0; }
+void pkv_context_reset(pkv_context* ctx) {
+  if (ctx) ctx->c->reset();
+}
+
+pkv_sampler_params pkv_sampler_default_params(void) {
+  const phasekv::SamplerParams p;
+  return pkv_sampler_params{p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed};
+}
+
+pkv_status pkv_sampler_init(const pkv_model* model, const pkv_sampler_params* params, pkv_sampler** out) {
+  PKV_CHECK_ARG(model && params && out, "pkv_sampler_init: model, params and out are required");
+  return guarded([&] {
+    phasekv::SamplerParams p;
+    p.temperature = params->temperature;
+    p.top_k = params->top_k;
+    p.top_p = params->top_p;
+    p.min_p = params->min_p;
+    p.repeat_penalty = params->repeat_penalty;
+    p.repeat_last_n = params->repeat_last_n;
+    p.seed = params->seed;
+    std::unique_ptr<pkv_sampler> s(new pkv_sampler());
+    phasekv::Status st = phasekv::Sampler::create(int32_t(model->m->config().vocab_size), p, &s->s);
+    if (!st.ok()) return fail(st);
+    *out = s.release();
+    return PKV_OK;
+  });
+}
+
+void pkv_sampler_free(pkv_sampler* s) { delete s; }
+
+pkv_status pkv_sampler_sample(pkv_sampler* s, const pkv_context* ctx, int32_t* token) {
+  PKV_CHECK_ARG(s && ctx && token, "pkv_sampler_sample: s, ctx and token are required");
+  if (ctx->c->n_past() == 0) return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_sampler_sample: the context has no logits yet");
+  *token = s->s.sample(ctx->c->logits());
+  return PKV_OK;
+}
+
+void pkv_sampler_accept(pkv_sampler* s, int32_t token) {
+  if (s) s->s.accept(token);
+}
+
+}  // extern "C"

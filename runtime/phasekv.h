@@ -1,0 +1,134 @@
+/*
+ * phasekv.h: the C API of PhaseKV, for applications that embed the runtime.
+ *
+ * Conventions
+ *   - Opaque handles, created by pkv_*_init / pkv_model_load and released by the matching
+ *     pkv_*_free (free(NULL) is a no-op). A context and a sampler must be freed before the
+ *     model they were made from. One model may serve many contexts; a context must not be
+ *     used from two threads at once.
+ *   - Every fallible call returns a pkv_status. On failure, pkv_last_error() gives a message
+ *     naming the argument or field at fault (per thread, valid until the next failing call
+ *     on that thread), and output parameters are left untouched unless documented.
+ *   - What remains after an error: a failed *_init/_load creates nothing; a failed
+ *     pkv_prefill/pkv_decode changes nothing (the context keeps its tokens and logits and
+ *     stays usable); a failed pkv_tokenize writes no tokens.
+ *   - No exceptions cross this API; nothing here calls exit().
+ */
+#ifndef PHASEKV_H
+#define PHASEKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pkv_status {
+  PKV_OK = 0,
+  PKV_ERR_INVALID_ARGUMENT = 1, /* an argument is out of range or malformed */
+  PKV_ERR_INVALID_FILE = 2,     /* a model file is corrupt or inconsistent */
+  PKV_ERR_UNSUPPORTED = 3,      /* well-formed input this build does not handle */
+  PKV_ERR_IO = 4,               /* open / read / map failed */
+  PKV_ERR_OUT_OF_MEMORY = 5,    /* an allocation failed */
+  PKV_ERR_BUDGET_EXCEEDED = 6,  /* the memory plan exceeds the configured budget */
+  PKV_ERR_INTERNAL = 7          /* a bug in PhaseKV */
+} pkv_status;
+
+typedef struct pkv_model pkv_model;
+typedef struct pkv_context pkv_context;
+typedef struct pkv_sampler pkv_sampler;
+typedef struct pkv_detokenizer pkv_detokenizer;
+
+/* Message of the last failing call on this thread ("" if none). */
+const char* pkv_last_error(void);
+/* Name of a status code, e.g. "invalid argument". */
+const char* pkv_status_string(pkv_status status);
+
+/* ---- Model ---------------------------------------------------------------------------- */
+
+/* Maps and verifies a .pkv file. *out receives the model (caller frees with pkv_model_free). */
+pkv_status pkv_model_load(const char* path, pkv_model** out);
+void pkv_model_free(pkv_model* model);
+int32_t pkv_model_n_vocab(const pkv_model* model);
+uint32_t pkv_model_max_positions(const pkv_model* model); /* trained context length */
+/* 1 if the token ends a generation (EOS, EOT), else 0. */
+int pkv_token_is_end(const pkv_model* model, int32_t token);
+
+/* ---- Tokens ----------------------------------------------------------------------------- */
+
+/* Encodes UTF-8 text. parse_special: match special tokens written literally (templates; not
+ * for untrusted user text). add_bos: prepend BOS when the model asks for it. *n_tokens receives
+ * the number of tokens the text needs; if that exceeds capacity nothing is written and
+ * PKV_ERR_INVALID_ARGUMENT is returned (call again with a larger buffer). */
+pkv_status pkv_tokenize(const pkv_model* model, const char* text, size_t text_len, int parse_special, int add_bos,
+                        int32_t* tokens, size_t capacity, size_t* n_tokens);
+/* Raw bytes of one token (may be part of a UTF-8 character). *len receives the byte count;
+ * if it exceeds capacity nothing is written and PKV_ERR_INVALID_ARGUMENT is returned. */
+pkv_status pkv_token_to_bytes(const pkv_model* model, int32_t token, char* buf, size_t capacity, size_t* len);
+
+/* Streaming detokenizer: never emits a partial UTF-8 character. */
+pkv_status pkv_detokenizer_init(const pkv_model* model, pkv_detokenizer** out);
+void pkv_detokenizer_free(pkv_detokenizer* d);
+/* Appends the text completed by `token` to buf (NUL-terminated); *len receives its byte count.
+ * capacity must be >= 64 bytes more than the longest token (256 is always enough for SmolLM2). */
+pkv_status pkv_detokenizer_push(pkv_detokenizer* d, int32_t token, char* buf, size_t capacity, size_t* len);
+
+typedef struct pkv_chat_message {
+  const char* role;    /* "system", "user", "assistant" */
+  const char* content; /* UTF-8 */
+} pkv_chat_message;
+
+/* Renders messages with the model's chat template (families: chatml, llama3). *len receives the
+ * rendered length (without NUL); if len + 1 exceeds capacity nothing is written and
+ * PKV_ERR_INVALID_ARGUMENT is returned. Encode the result with parse_special = 1. */
+pkv_status pkv_chat_apply_template(const pkv_model* model, const pkv_chat_message* messages, size_t n_messages,
+                                   int add_generation_prompt, char* buf, size_t capacity, size_t* len);
+
+/* ---- Context ---------------------------------------------------------------------------- */
+
+typedef struct pkv_context_params {
+  uint32_t n_ctx;    /* maximum tokens in the context, 1..max_positions (default 2048) */
+  uint32_t n_batch;  /* prefill chunk in tokens, 1..n_ctx (default 256) */
+  int32_t n_threads; /* CPU threads, >= 1 (default: hardware threads); 0 is an error */
+} pkv_context_params;
+
+pkv_context_params pkv_context_default_params(void);
+/* Plans and allocates all of the context's memory now; prefill/decode allocate nothing. */
+pkv_status pkv_context_init(const pkv_model* model, const pkv_context_params* params, pkv_context** out);
+void pkv_context_free(pkv_context* ctx);
+/* Appends and evaluates n tokens (n >= 1); pkv_logits then holds the last token's logits. */
+pkv_status pkv_prefill(pkv_context* ctx, const int32_t* tokens, size_t n);
+/* Appends and evaluates one token. */
+pkv_status pkv_decode(pkv_context* ctx, int32_t token);
+/* Logits of the last evaluated token: n_vocab floats, owned by ctx, valid until the next call. */
+const float* pkv_logits(const pkv_context* ctx);
+uint32_t pkv_context_n_past(const pkv_context* ctx);
+/* Forgets all tokens (memory stays allocated). */
+void pkv_context_reset(pkv_context* ctx);
+
+/* ---- Sampler ---------------------------------------------------------------------------- */
+
+typedef struct pkv_sampler_params {
+  float temperature;      /* <= 0: greedy (default 0.8) */
+  int32_t top_k;          /* 0 = off (default 40) */
+  float top_p;            /* (0, 1]; 1 = off (default 0.95) */
+  float min_p;            /* [0, 1]; 0 = off (default 0.05) */
+  float repeat_penalty;   /* > 0; 1 = off (default 1.0) */
+  int32_t repeat_last_n;  /* tokens the penalty looks back (default 64) */
+  uint64_t seed;          /* same seed, same tokens (default 0) */
+} pkv_sampler_params;
+
+pkv_sampler_params pkv_sampler_default_params(void);
+pkv_status pkv_sampler_init(const pkv_model* model, const pkv_sampler_params* params, pkv_sampler** out);
+void pkv_sampler_free(pkv_sampler* s);
+/* Samples from the context's current logits. */
+pkv_status pkv_sampler_sample(pkv_sampler* s, const pkv_context* ctx, int32_t* token);
+/* Records a token for the repetition penalty. */
+void pkv_sampler_accept(pkv_sampler* s, int32_t token);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PHASEKV_H */

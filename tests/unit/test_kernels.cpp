@@ -1,0 +1,158 @@
+// CPU kernels against naive double-precision references, and the determinism contract of
+// cpu_kernels.h (SIMD dequantization equals the scalar reference bit for bit; a matmul's
+// outputs do not depend on how rows and tokens are split).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu_kernels.h"
+
+using namespace phasekv;
+
+namespace {
+
+std::vector<const cpu::KernelTable*> tables() {
+  std::vector<const cpu::KernelTable*> t;
+  for (const char* n : {"portable", "avx2", "neon"})
+    if (const cpu::KernelTable* k = cpu::kernels_by_name(n)) t.push_back(k);
+  return t;
+}
+
+// Random weights in `t` for rows x k (scales kept small and finite).
+std::vector<uint8_t> random_weights(DType t, int rows, int k, std::mt19937& rng) {
+  uint64_t bytes = 0;
+  REQUIRE(tensor_byte_size(t, {uint64_t(rows), uint64_t(k)}, &bytes).ok());
+  std::vector<uint8_t> w(bytes);
+  for (auto& b : w) b = uint8_t(rng());
+  const DTypeInfo& info = dtype_info(t);
+  if (t == DType::F32) {
+    float* f = reinterpret_cast<float*>(w.data());
+    std::normal_distribution<float> nd;
+    for (uint64_t i = 0; i < bytes / 4; ++i) f[i] = nd(rng);
+  } else if (t == DType::F16 || t == DType::BF16) {
+    uint16_t* h = reinterpret_cast<uint16_t*>(w.data());
+    std::normal_distribution<float> nd;
+    for (uint64_t i = 0; i < bytes / 2; ++i) h[i] = t == DType::F16 ? fp32_to_fp16(nd(rng)) : fp32_to_bf16(nd(rng));
+  } else {
+    for (uint64_t off = 0; off < bytes; off += info.block_bytes) {
+      const uint16_t d = fp32_to_fp16(0.01f + 0.05f * float(rng() % 100) / 100.0f);
+      std::memcpy(&w[off], &d, 2);
+      if (t == DType::Q4_1) {
+        const uint16_t m = fp32_to_fp16(-0.3f);
+        std::memcpy(&w[off + 2], &m, 2);
+      }
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("SIMD dequantization equals the scalar reference bit for bit") {
+  std::mt19937 rng(3);
+  for (const cpu::KernelTable* k : tables()) {
+    for (uint8_t ti = 0; ti < kDTypeCount; ++ti) {
+      const DType t = DType(ti);
+      INFO(k->name << " " << dtype_name(t));
+      std::vector<uint8_t> w = random_weights(t, 1, 1024, rng);
+      std::vector<float> ref(1024), got(1024);
+      dequantize_row(t, w.data(), ref.data(), 1024);
+      k->dequant_row(t, w.data(), got.data(), 1024);
+      CHECK(std::memcmp(ref.data(), got.data(), 4096) == 0);
+    }
+  }
+}
+
+TEST_CASE("matmul matches a double-precision reference for every dtype and ISA") {
+  std::mt19937 rng(5);
+  const int rows = 37, k = 96, n_tok = 5;  // odd row count: exercises the 1-3 row tails
+  std::vector<float> x(size_t(n_tok) * k);
+  std::normal_distribution<float> nd;
+  for (float& v : x) v = nd(rng);
+  for (uint8_t ti = 0; ti < kDTypeCount; ++ti) {
+    const DType t = DType(ti);
+    std::vector<uint8_t> w = random_weights(t, rows, k, rng);
+    const size_t row_bytes = w.size() / rows;
+    std::vector<float> wf(size_t(rows) * k);
+    dequantize_row(t, w.data(), wf.data(), int64_t(wf.size()));
+    for (const cpu::KernelTable* kt : tables()) {
+      INFO(kt->name << " " << dtype_name(t));
+      std::vector<float> y(size_t(n_tok) * rows), scratch(4 * size_t(k));
+      cpu::MatmulArgs a{t, w.data(), row_bytes, x.data(), y.data(), k, n_tok, rows};
+      kt->matmul_rows(a, 0, rows, scratch.data());
+      double worst = 0;
+      for (int tok = 0; tok < n_tok; ++tok)
+        for (int r = 0; r < rows; ++r) {
+          double ref = 0, mag = 0;
+          for (int i = 0; i < k; ++i) {
+            ref += double(wf[size_t(r) * k + i]) * x[size_t(tok) * k + i];
+            mag += std::fabs(double(wf[size_t(r) * k + i]) * x[size_t(tok) * k + i]);
+          }
+          worst = std::max(worst, std::fabs(y[size_t(tok) * rows + r] - ref) / (mag + 1e-30));
+        }
+      CHECK(worst < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("matmul outputs do not depend on row ranges or token counts and dot() agrees") {
+  std::mt19937 rng(9);
+  const int rows = 23, k = 200, n_tok = 7;  // k not a multiple of 8: exercises the tail
+  std::vector<float> x(size_t(n_tok) * k);
+  std::normal_distribution<float> nd;
+  for (float& v : x) v = nd(rng);
+  std::vector<uint8_t> w = random_weights(DType::F32, rows, k, rng);
+  for (const cpu::KernelTable* kt : tables()) {
+    INFO(kt->name);
+    std::vector<float> all(size_t(n_tok) * rows), scratch(4 * size_t(k));
+    kt->matmul_rows({DType::F32, w.data(), size_t(k) * 4, x.data(), all.data(), k, n_tok, rows}, 0, rows,
+                    scratch.data());
+    for (int tok = 0; tok < n_tok; ++tok) {
+      // One token at a time, rows split unevenly.
+      std::vector<float> y(static_cast<size_t>(rows));
+      cpu::MatmulArgs a{DType::F32, w.data(), size_t(k) * 4, x.data() + size_t(tok) * k, y.data(), k, 1, rows};
+      kt->matmul_rows(a, 0, 5, scratch.data());
+      kt->matmul_rows(a, 5, 6, scratch.data());
+      kt->matmul_rows(a, 6, rows, scratch.data());
+      CHECK(std::memcmp(y.data(), all.data() + size_t(tok) * rows, size_t(rows) * 4) == 0);
+      const float* wr = reinterpret_cast<const float*>(w.data());
+      for (int r = 0; r < rows; ++r)
+        CHECK(kt->dot(wr + size_t(r) * k, x.data() + size_t(tok) * k, k) == all[size_t(tok) * rows + r]);
+    }
+  }
+}
+
+TEST_CASE("rmsnorm, rope, silu and softmax against hand-derived values") {
+  const float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 2, 0.5f};
+  float out[4];
+  cpu::rmsnorm(x, w, 0.0f, out, 4);
+  const float rms = std::sqrt(30.0f / 4.0f);
+  CHECK(out[0] == doctest::Approx(1 / rms));
+  CHECK(out[2] == doctest::Approx(6 / rms));
+  CHECK(out[3] == doctest::Approx(2 / rms));
+  // Rotating (1, 0) by 90 degrees gives (0, 1); pairs interleaved vs NeoX.
+  float v[4] = {1, 0, 1, 0};
+  const float c[2] = {0, 1}, s[2] = {1, 0};
+  cpu::rope_apply(v, c, s, 4, true);  // pair (0,1) by 90deg, pair (2,3) by 0deg
+  CHECK(v[0] == doctest::Approx(0));
+  CHECK(v[1] == doctest::Approx(1));
+  CHECK(v[2] == doctest::Approx(1));
+  CHECK(v[3] == doctest::Approx(0));
+  float n[4] = {1, 0, 0, 0};
+  cpu::rope_apply(n, c, s, 4, false);  // pairs (0,2) by 90deg and (1,3) by 0deg
+  CHECK(n[0] == doctest::Approx(0));
+  CHECK(n[2] == doctest::Approx(1));
+  const float g[2] = {0.0f, 2.0f}, u[2] = {3.0f, 1.0f};
+  float h[2];
+  cpu::silu_mul(g, u, h, 2);
+  CHECK(h[0] == 0.0f);
+  CHECK(h[1] == doctest::Approx(2.0 / (1.0 + std::exp(-2.0))));
+  float sm[3] = {1.0f, 2.0f, 3.0f};
+  cpu::softmax(sm, 3);
+  const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  CHECK(sm[0] == doctest::Approx(std::exp(1.0) / z));
+  CHECK(sm[2] == doctest::Approx(std::exp(3.0) / z));
+}

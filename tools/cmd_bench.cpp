@@ -1,0 +1,201 @@
+// phasekv bench -m MODEL [-p 512] [-n 128] [-t T] [-r 5] [--json]
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "context.h"
+
+namespace phasekv {
+namespace tools {
+
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  int n_prompt = 512;
+  int n_gen = 128;
+  int threads = -1;
+  int reps = 5;
+  uint32_t batch = 512;
+  bool json = false;
+};
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0 || line.rfind("Model", 0) == 0) {
+      const size_t c = line.find(':');
+      if (c != std::string::npos) return line.substr(c + 2);
+    }
+  }
+  return "unknown";
+}
+
+struct Stats {
+  double mean = 0, sd = 0;
+};
+Stats stats(const std::vector<double>& v) {
+  Stats s;
+  for (double x : v) s.mean += x;
+  s.mean /= double(v.size());
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(s.sd / double(v.size() - 1)) : 0.0;
+  return s;
+}
+
+// Read bandwidth of this machine with the same thread count: each thread sums its slice of a
+// 256 MiB buffer (larger than any cache), best of 3.
+double measure_read_gbs(int threads) {
+  const size_t n = (256u << 20) / sizeof(float);
+  std::vector<float> buf(n, 1.0f);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> sums(size_t(threads), 0.0);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        const size_t a = n * size_t(t) / size_t(threads), b = n * size_t(t + 1) / size_t(threads);
+        float acc[8] = {0};
+        for (size_t i = a; i + 8 <= b; i += 8)
+          for (int k = 0; k < 8; ++k) acc[k] += buf[i + size_t(k)];
+        for (float x : acc) sums[size_t(t)] += x;
+      });
+    for (auto& th : ts) th.join();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double total = 0;
+    for (double x : sums) total += x;
+    if (total < 0) std::printf("%f", total);  // keep the sums alive
+    best = std::max(best, double(n * sizeof(float)) / secs / 1e9);
+  }
+  return best;
+}
+
+int run_bench(const BenchArgs& a) {
+  std::unique_ptr<Model> model;
+  Status s = Model::load(a.model, &model);
+  if (!s.ok()) return report("bench", s);
+  ContextParams cp = default_context_params();
+  if (a.threads != -1) cp.n_threads = a.threads;
+  cp.n_ctx = uint32_t(std::max(a.n_prompt, a.n_gen));
+  cp.n_batch = std::min<uint32_t>(a.batch, cp.n_ctx);
+  std::unique_ptr<Context> ctx;
+  s = Context::create(*model, cp, &ctx);
+  if (!s.ok()) return report("bench", s);
+
+  // Random non-special tokens (tokenization and sampling are not part of the timings).
+  std::mt19937 rng(1234);
+  const Tokenizer& tok = model->tokenizer();
+  std::vector<int32_t> prompt;
+  while (prompt.size() < size_t(std::max(a.n_prompt, a.n_gen))) {
+    const int32_t t = int32_t(rng() % model->config().vocab_size);
+    if (!tok.is_special(t)) prompt.push_back(t);
+  }
+  using clock = std::chrono::steady_clock;
+  auto time_prefill = [&]() {
+    ctx->reset();
+    const auto t0 = clock::now();
+    Status st = ctx->prefill(prompt.data(), size_t(a.n_prompt));
+    PKV_ASSERT(st.ok());
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  auto time_decode = [&]() {
+    ctx->reset();
+    const auto t0 = clock::now();
+    for (int i = 0; i < a.n_gen; ++i) {
+      Status st = ctx->decode(prompt[size_t(i)]);
+      PKV_ASSERT(st.ok());
+    }
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  std::vector<double> pp, tg;
+  if (a.n_prompt > 0) {
+    time_prefill();  // warm-up
+    for (int r = 0; r < a.reps; ++r) pp.push_back(double(a.n_prompt) / time_prefill());
+    if (!a.json) std::fprintf(stderr, "pp%d done\n", a.n_prompt);
+  }
+  if (a.n_gen > 0) {
+    time_decode();
+    for (int r = 0; r < a.reps; ++r) tg.push_back(double(a.n_gen) / time_decode());
+  }
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const uint64_t peak_rss = uint64_t(ru.ru_maxrss) * 1024;
+  const double gbs = measure_read_gbs(cp.n_threads);
+  // Bytes a decode step reads: every matmul weight once, plus one embedding row.
+  uint64_t per_token = 0;
+  for (uint32_t l = 0; l < model->config().n_layers; ++l) {
+    const Model::Layer& L = model->layer(int(l));
+    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      per_token += w->row_bytes * uint64_t(w->rows);
+  }
+  per_token += model->output().row_bytes * uint64_t(model->output().rows) + model->token_embd().row_bytes;
+  const double roofline = gbs * 1e9 / double(per_token);
+  const Stats sp = stats(pp.empty() ? std::vector<double>{0} : pp);
+  const Stats sg = stats(tg.empty() ? std::vector<double>{0} : tg);
+
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model},
+                        {"model_bytes", model->weight_bytes()},
+                        {"cpu", cpu_model()},
+                        {"threads", cp.n_threads},
+                        {"kernels", ctx->kernels_name()},
+                        {"n_prompt", a.n_prompt},
+                        {"n_gen", a.n_gen},
+                        {"reps", a.reps},
+                        {"prefill_tok_s", {{"mean", sp.mean}, {"sd", sp.sd}, {"runs", pp}}},
+                        {"decode_tok_s", {{"mean", sg.mean}, {"sd", sg.sd}, {"runs", tg}}},
+                        {"peak_rss_bytes", peak_rss},
+                        {"decode_bytes_per_token", per_token},
+                        {"read_bandwidth_gbs", gbs},
+                        {"decode_roofline_tok_s", roofline}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("model      %s (%.1f MiB of weights)\n", a.model.c_str(), double(model->weight_bytes()) / 1048576.0);
+  std::printf("cpu        %s, %d threads, %s kernels\n", cpu_model().c_str(), cp.n_threads, ctx->kernels_name());
+  std::printf("| test   | tokens/s            | runs |\n|--------|---------------------|------|\n");
+  if (!pp.empty()) std::printf("| pp%-4d | %8.1f +- %-8.1f | %4d |\n", a.n_prompt, sp.mean, sp.sd, a.reps);
+  if (!tg.empty()) std::printf("| tg%-4d | %8.1f +- %-8.1f | %4d |\n", a.n_gen, sg.mean, sg.sd, a.reps);
+  std::printf("peak RSS   %.1f MiB\n", double(peak_rss) / 1048576.0);
+  std::printf("roofline   decode reads %.1f MiB/token; measured read bandwidth %.1f GB/s -> %.1f tok/s\n",
+              double(per_token) / 1048576.0, gbs, roofline);
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed (tokens/s)");
+  cmd->add_option("-m,--model", a->model, "PhaseKV model file (.pkv)")->required();
+  cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens for the prefill test (0 = skip)")
+      ->default_val(512)->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-n,--n-gen", a->n_gen, "Tokens for the decode test (0 = skip)")->default_val(128)->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all hardware threads)");
+  cmd->add_option("-r,--reps", a->reps, "Repetitions (after one warm-up)")->default_val(5)->check(CLI::Range(1, 1000));
+  cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->default_val(512)->check(CLI::Range(1u, 1u << 20));
+  cmd->add_flag("--json", a->json, "Print JSON");
+  cmd->callback([a, exit_code] {
+    if (a->n_prompt == 0 && a->n_gen == 0) {
+      *exit_code = report("bench", make_error(StatusCode::kInvalidArgument, "-p and -n are both 0: nothing to time"));
+      return;
+    }
+    *exit_code = run_bench(*a);
+  });
+}
+
+}  // namespace tools
+}  // namespace phasekv

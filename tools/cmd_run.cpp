@@ -1,0 +1,161 @@
+// phasekv run -m MODEL [-p TEXT | -f FILE] [-n N] [--chat] [-c CTX] [-t THREADS] [sampling]
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "chat_template.h"
+#include "commands.h"
+#include "context.h"
+#include "sampler.h"
+
+namespace phasekv {
+namespace tools {
+
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::string prompt;
+  std::string file;
+  int n_predict = 128;
+  bool chat = false;
+  std::string system;
+  uint32_t ctx = 0;
+  uint32_t batch = 256;
+  int threads = -1;  // -1: all hardware threads
+  SamplerParams sp;
+  bool greedy = false;
+};
+
+int run_run(RunArgs a) {
+  if (!a.file.empty()) {
+    std::ifstream f(a.file, std::ios::binary);
+    if (!f) return report("run", make_error(StatusCode::kIoError, "cannot read -f '%s'", a.file.c_str()));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    a.prompt = ss.str();
+  }
+  std::unique_ptr<Model> model;
+  Status s = Model::load(a.model, &model);
+  if (!s.ok()) return report("run", s);
+  const Tokenizer& tok = model->tokenizer();
+
+  std::string text = a.prompt;
+  bool parse_special = false;
+  if (a.chat) {
+    std::vector<ChatMessage> msgs;
+    if (!a.system.empty()) msgs.push_back({"system", a.system});
+    msgs.push_back({"user", a.prompt});
+    s = apply_chat_template(model->spec().chat_template, msgs, true, &text);
+    if (!s.ok()) return report("run", s.with_context("--chat"));
+    parse_special = true;  // the template's own special tokens; the user text is inside it
+  }
+  std::vector<int32_t> ids;
+  if (tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
+  s = tok.encode(text, parse_special, &ids);
+  if (!s.ok()) return report("run", s.with_context("prompt"));
+  if (ids.empty()) return report("run", make_error(StatusCode::kInvalidArgument, "the prompt is empty (-p or -f)"));
+
+  ContextParams cp = default_context_params();
+  cp.n_ctx = a.ctx ? a.ctx : std::min<uint32_t>(model->config().max_positions, 4096);
+  cp.n_batch = std::min(a.batch, cp.n_ctx);
+  if (a.threads != -1) cp.n_threads = a.threads;  // 0 or out of range: Context::create says why
+  std::unique_ptr<Context> ctx;
+  s = Context::create(*model, cp, &ctx);
+  if (!s.ok()) return report("run", s);
+  if (ids.size() > cp.n_ctx)
+    return report("run", make_error(StatusCode::kInvalidArgument,
+                                    "the prompt has %zu tokens but the context holds %u (raise -c)", ids.size(),
+                                    cp.n_ctx));
+  if (a.greedy) a.sp.temperature = 0.0f;
+  Sampler sampler;
+  s = Sampler::create(int32_t(model->config().vocab_size), a.sp, &sampler);
+  if (!s.ok()) return report("run", s);
+
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  s = ctx->prefill(ids.data(), ids.size());
+  if (!s.ok()) return report("run", s);
+  const auto t1 = clock::now();
+  for (int32_t id : ids) sampler.accept(id);
+
+  if (!a.chat) {
+    std::fputs(a.prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  StreamDecoder out(tok);
+  std::string piece;
+  int generated = 0;
+  const char* stop = "length";
+  while (generated < a.n_predict) {
+    const int32_t t = sampler.sample(ctx->logits());
+    if (t == tok.eos() || t == tok.eot()) {
+      stop = "end of text";
+      break;
+    }
+    sampler.accept(t);
+    piece.clear();
+    s = out.push(t, &piece);
+    if (!s.ok()) return report("run", s);
+    std::fputs(piece.c_str(), stdout);
+    std::fflush(stdout);
+    ++generated;
+    if (ctx->n_past() >= ctx->n_ctx()) {
+      stop = "context full";
+      break;
+    }
+    s = ctx->decode(t);
+    if (!s.ok()) return report("run", s);
+  }
+  piece.clear();
+  out.flush(&piece);
+  std::fputs(piece.c_str(), stdout);
+  std::fputs("\n", stdout);
+  const auto t2 = clock::now();
+  const double pre = std::chrono::duration<double>(t1 - t0).count();
+  const double dec = std::chrono::duration<double>(t2 - t1).count();
+  std::fprintf(stderr,
+               "\n[phasekv run] prompt %zu tokens, %.1f tok/s prefill | %d generated, %.1f tok/s decode | stop: %s | "
+               "%d threads, %s kernels\n",
+               ids.size(), double(ids.size()) / pre, generated, generated ? double(generated) / dec : 0.0, stop,
+               cp.n_threads, ctx->kernels_name());
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_run(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt, streaming it to stdout");
+  cmd->add_option("-m,--model", a->model, "PhaseKV model file (.pkv)")->required();
+  auto* p = cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
+  auto* f = cmd->add_option("-f,--file", a->file, "Read the prompt from a file");
+  p->excludes(f);
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate at most")->default_val(128)->check(CLI::Range(0, 1 << 24));
+  cmd->add_flag("--chat", a->chat, "Wrap the prompt as a user message in the model's chat template");
+  cmd->add_option("--system", a->system, "System message for --chat (default: the template's own)");
+  cmd->add_option("-c,--ctx", a->ctx, "Context length (default: min(model max, 4096))");
+  cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->default_val(256)->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all hardware threads)");
+  cmd->add_option("--temp", a->sp.temperature, "Temperature (0 = greedy)")->default_val(0.8f);
+  cmd->add_flag("--greedy", a->greedy, "Greedy decoding (same as --temp 0)");
+  cmd->add_option("--top-k", a->sp.top_k, "Top-k (0 = off)")->default_val(40);
+  cmd->add_option("--top-p", a->sp.top_p, "Top-p (1 = off)")->default_val(0.95f);
+  cmd->add_option("--min-p", a->sp.min_p, "Min-p (0 = off)")->default_val(0.05f);
+  cmd->add_option("--repeat-penalty", a->sp.repeat_penalty, "Repetition penalty (1 = off)")->default_val(1.0f);
+  cmd->add_option("--repeat-last-n", a->sp.repeat_last_n, "Window of the repetition penalty")->default_val(64);
+  cmd->add_option("-s,--seed", a->sp.seed, "Sampling seed")->default_val(0);
+  cmd->callback([a, exit_code] {
+    if (a->prompt.empty() && a->file.empty()) {
+      *exit_code = report("run", make_error(StatusCode::kInvalidArgument, "give a prompt with -p TEXT or -f FILE"));
+      return;
+    }
+    *exit_code = run_run(*a);
+  });
+}
+
+}  // namespace tools
+}  // namespace phasekv
