@@ -16,7 +16,7 @@ inline void cpu_relax() {
 }
 // Workers spin this many rounds for the next op before sleeping: decode issues a few
 // hundred short ops per token, and a sleep/wake per op would cost more than the op.
-constexpr int kSpinRounds = 1 << 16;
+constexpr int kSpinRounds = 1 << 12;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {

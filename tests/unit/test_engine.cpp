@@ -55,7 +55,7 @@ TEST_CASE("engine = numpy reference: tokens, final logits (rel L2 < 1e-3), 32 gr
       REQUIRE(m->tokenizer().encode(p["text"].get<std::string>(), p["parse_special"].get<bool>(), &ids).ok());
       CHECK(ids == ref_ids);  // our tokenizer agrees with HF tokenizers on the prompt
 
-      auto c = make_context(*m, 256, 64, 2, isa);
+      auto c = make_context(*m, 256, 64, 1, isa);
       REQUIRE(c->prefill(ref_ids.data(), ref_ids.size()).ok());
       const std::vector<float> ref = load_f32(data_dir() + "/engine/ref_" + name + ".f32");
       REQUIRE(ref.size() == size_t(vocab));
@@ -72,15 +72,15 @@ TEST_CASE("one chunk, several chunks and token by token give bit-identical logit
   REQUIRE_MODEL(m);
   const std::vector<int32_t> ids = prompt_ids("digits");  // 58 tokens
   const size_t vocab = m->config().vocab_size;
-  auto one = make_context(*m, 128, 64, 2);
+  auto one = make_context(*m, 128, 64, 1);
   REQUIRE(one->prefill(ids.data(), ids.size()).ok());
   for (uint32_t batch : {7u, 1u, 29u}) {
     INFO("n_batch " << batch);
-    auto c = make_context(*m, 128, batch, 2);
+    auto c = make_context(*m, 128, batch, 1);
     REQUIRE(c->prefill(ids.data(), ids.size()).ok());
     CHECK(std::memcmp(c->logits(), one->logits(), vocab * 4) == 0);
   }
-  auto steps = make_context(*m, 128, 64, 2);
+  auto steps = make_context(*m, 128, 64, 1);
   for (int32_t t : ids) REQUIRE(steps->decode(t).ok());
   CHECK(std::memcmp(steps->logits(), one->logits(), vocab * 4) == 0);
   // And the continuations stay identical.
@@ -108,15 +108,15 @@ TEST_CASE("1, 2 and 3 threads give bit-identical logits") {
 TEST_CASE("two contexts interleaved produce the same tokens as each run alone") {
   REQUIRE_MODEL(m);
   const std::vector<int32_t> a = prompt_ids("plain"), b = prompt_ids("nonenglish");
-  auto solo_a = make_context(*m, 128, 32, 2);
-  auto solo_b = make_context(*m, 128, 32, 2);
+  auto solo_a = make_context(*m, 128, 32, 1);
+  auto solo_b = make_context(*m, 128, 32, 1);
   REQUIRE(solo_a->prefill(a.data(), a.size()).ok());
   const std::vector<int32_t> ga = greedy(*solo_a, 12);
   REQUIRE(solo_b->prefill(b.data(), b.size()).ok());
   const std::vector<int32_t> gb = greedy(*solo_b, 12);
 
-  auto ca = make_context(*m, 128, 32, 2);
-  auto cb = make_context(*m, 128, 32, 2);
+  auto ca = make_context(*m, 128, 32, 1);
+  auto cb = make_context(*m, 128, 32, 1);
   REQUIRE(ca->prefill(a.data(), a.size()).ok());
   REQUIRE(cb->prefill(b.data(), b.size()).ok());
   std::vector<int32_t> ia, ib;
@@ -135,7 +135,7 @@ TEST_CASE("bad input: clear errors, and the context stays usable") {
   REQUIRE_MODEL(m);
   const std::vector<int32_t> ids = prompt_ids("chat");  // 39 tokens
   const size_t vocab = m->config().vocab_size;
-  auto c = make_context(*m, 48, 16, 2);
+  auto c = make_context(*m, 48, 16, 1);
   REQUIRE(c->prefill(ids.data(), 30).ok());
   const std::vector<float> before(c->logits(), c->logits() + vocab);
 
@@ -151,7 +151,7 @@ TEST_CASE("bad input: clear errors, and the context stays usable") {
   CHECK(std::memcmp(c->logits(), before.data(), vocab * 4) == 0);
   // Still usable: continuing gives what an undisturbed context gives.
   REQUIRE(c->prefill(ids.data() + 30, 9).ok());
-  auto fresh = make_context(*m, 48, 16, 2);
+  auto fresh = make_context(*m, 48, 16, 1);
   REQUIRE(fresh->prefill(ids.data(), 39).ok());
   CHECK(std::memcmp(c->logits(), fresh->logits(), vocab * 4) == 0);
 
