@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the default model (README's first command): installs what is missing,
 # builds phasekv, fetches SmolLM2-135M-Instruct Q4_1, converts it to PhaseKV files with full
-# and with compressed KV memories, and inspects them.
+# and with compressed KV memories, inspects the memory plan, and chats with the model.
+# Extra arguments go to `phasekv run` (e.g. -p "your question" -n 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -20,3 +21,10 @@ echo "== inspect"
 $PKV inspect "$CACHE/smollm2-135m-w8s4.pkv" --ctx 8192
 echo
 echo "GGUF $(stat -c %s "$MODEL") bytes; .pkv $(stat -c %s "$CACHE/smollm2-135m-full.pkv") bytes"
+echo "== run (chat, full KV)"
+if [ $# -gt 0 ]; then
+  $PKV run -m "$CACHE/smollm2-135m-full.pkv" --chat "$@"
+else
+  $PKV run -m "$CACHE/smollm2-135m-full.pkv" --chat -n 96 --seed 1 \
+    -p "In two sentences, why do robots need to stay within a fixed memory budget?"
+fi
