@@ -11,8 +11,10 @@ namespace {
 
 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
-// Eight nibbles/bytes -> eight floats. The arithmetic matches dequantize_row exactly:
-// x = d*q (Q8_0, Q4_0 after -8) and x = d*q + m (Q4_1, no fused multiply-add).
+// Eight nibbles/bytes -> eight floats. The results equal dequantize_row's bit for bit:
+// x = d*q (Q8_0, Q4_0 after -8), and x = d*q + m for Q4_1 computed as one fused multiply-add,
+// which rounds identically because d*q is exact in f32 (an 11-bit f16 mantissa times a 4-bit
+// integer), so the only rounding is that of the addition in both forms.
 inline __m256 u8x8_to_ps(__m128i bytes8) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes8)); }
 inline __m256 i8x8_to_ps(__m128i bytes8) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes8)); }
 
@@ -26,10 +28,10 @@ void dequant_avx2(DType t, const void* src, float* out, int n) {
         const __m256 m = _mm256_set1_ps(half_to_float(b[k].m));
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs));
         const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-        _mm256_storeu_ps(out + 0, _mm256_add_ps(_mm256_mul_ps(d, u8x8_to_ps(lo)), m));
-        _mm256_storeu_ps(out + 8, _mm256_add_ps(_mm256_mul_ps(d, u8x8_to_ps(_mm_srli_si128(lo, 8))), m));
-        _mm256_storeu_ps(out + 16, _mm256_add_ps(_mm256_mul_ps(d, u8x8_to_ps(hi)), m));
-        _mm256_storeu_ps(out + 24, _mm256_add_ps(_mm256_mul_ps(d, u8x8_to_ps(_mm_srli_si128(hi, 8))), m));
+        _mm256_storeu_ps(out + 0, _mm256_fmadd_ps(d, u8x8_to_ps(lo), m));
+        _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(d, u8x8_to_ps(_mm_srli_si128(lo, 8)), m));
+        _mm256_storeu_ps(out + 16, _mm256_fmadd_ps(d, u8x8_to_ps(hi), m));
+        _mm256_storeu_ps(out + 24, _mm256_fmadd_ps(d, u8x8_to_ps(_mm_srli_si128(hi, 8)), m));
       }
       return;
     }
@@ -85,10 +87,10 @@ inline void block_to_regs(const void* row, int k, __m256 out[4]) {
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
     const __m128i mask = _mm_set1_epi8(0x0f);
     const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-    out[0] = _mm256_add_ps(_mm256_mul_ps(d, u8x8_to_ps(lo)), m);
-    out[1] = _mm256_add_ps(_mm256_mul_ps(d, u8x8_to_ps(_mm_srli_si128(lo, 8))), m);
-    out[2] = _mm256_add_ps(_mm256_mul_ps(d, u8x8_to_ps(hi)), m);
-    out[3] = _mm256_add_ps(_mm256_mul_ps(d, u8x8_to_ps(_mm_srli_si128(hi, 8))), m);
+    out[0] = _mm256_fmadd_ps(d, u8x8_to_ps(lo), m);
+    out[1] = _mm256_fmadd_ps(d, u8x8_to_ps(_mm_srli_si128(lo, 8)), m);
+    out[2] = _mm256_fmadd_ps(d, u8x8_to_ps(hi), m);
+    out[3] = _mm256_fmadd_ps(d, u8x8_to_ps(_mm_srli_si128(hi, 8)), m);
   } else if constexpr (T == DType::Q4_0) {
     const BlockQ4_0& b = static_cast<const BlockQ4_0*>(row)[k];
     const __m256 d = _mm256_set1_ps(half_to_float(b.d));
