@@ -17,7 +17,7 @@ extern const KernelTable kNeonKernels;
 #endif
 
 namespace {
-bool cpu_has_avx2() {
+[[maybe_unused]] bool cpu_has_avx2() {
 #if defined(__x86_64__) && defined(PHASEKV_HAVE_AVX2_KERNELS)
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
