@@ -11,58 +11,65 @@ namespace {
 
 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
-// Eight nibbles/bytes -> eight floats. The results equal dequantize_row's bit for bit:
-// x = d*q (Q8_0, Q4_0 after -8), and x = d*q + m for Q4_1 computed as one fused multiply-add,
-// which rounds identically because d*q is exact in f32 (an 11-bit f16 mantissa times a 4-bit
-// integer), so the only rounding is that of the addition in both forms.
-inline __m256 u8x8_to_ps(__m128i bytes8) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes8)); }
-inline __m256 i8x8_to_ps(__m128i bytes8) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes8)); }
+
+// Eight bytes at p, zero- or sign-extended to eight 32-bit lanes (one load+shuffle µop).
+inline __m256i u8x8_load(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i i8x8_load(const int8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Dequantizes 32-element block k of a row into four registers, equal bit for bit to
+// dequantize_row. The nibbles are split after widening bytes to 32-bit lanes (and/shift on
+// any port) instead of before (byte shuffles), which keeps the shuffle port free. Every
+// product d*q below is exact in f32, so the fused forms round exactly like the reference:
+//   Q4_1: d*q + m = fma(d, q, m)   Q4_0: d*(q-8) = fma(d, q, -8d)   Q8_0: d*q
+template <DType T>
+inline void block_to_regs(const void* row, int k, __m256 out[4]) {
+  if constexpr (T == DType::Q4_1 || T == DType::Q4_0) {
+    const uint8_t* qs;
+    __m256 d, c;
+    if constexpr (T == DType::Q4_1) {
+      const BlockQ4_1& b = static_cast<const BlockQ4_1*>(row)[k];
+      d = _mm256_set1_ps(half_to_float(b.d));
+      c = _mm256_set1_ps(half_to_float(b.m));
+      qs = b.qs;
+    } else {
+      const BlockQ4_0& b = static_cast<const BlockQ4_0*>(row)[k];
+      const float df = half_to_float(b.d);
+      d = _mm256_set1_ps(df);
+      c = _mm256_set1_ps(-8.0f * df);
+      qs = b.qs;
+    }
+    const __m256i mask = _mm256_set1_epi32(0x0f);
+    const __m256i a = u8x8_load(qs), b8 = u8x8_load(qs + 8);
+    out[0] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(a, mask)), c);   // elements 0..7
+    out[1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(b8, mask)), c);  // 8..15
+    out[2] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(a, 4)), c);     // 16..23
+    out[3] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(b8, 4)), c);    // 24..31
+  } else {
+    static_assert(T == DType::Q8_0, "block_to_regs: Q4_1, Q4_0 or Q8_0");
+    const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[k];
+    const __m256 d = _mm256_set1_ps(half_to_float(b.d));
+    for (int j = 0; j < 4; ++j) out[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(i8x8_load(b.qs + 8 * j)));
+  }
+}
+
+template <DType T>
+void dequant_blocks(const void* src, float* out, int n) {
+  __m256 w[4];
+  for (int k = 0; k < n / 32; ++k, out += 32) {
+    block_to_regs<T>(src, k, w);
+    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + 8 * j, w[j]);
+  }
+}
 
 void dequant_avx2(DType t, const void* src, float* out, int n) {
   switch (t) {
-    case DType::Q4_1: {
-      const BlockQ4_1* b = static_cast<const BlockQ4_1*>(src);
-      const __m128i mask = _mm_set1_epi8(0x0f);
-      for (int k = 0; k < n / 32; ++k, out += 32) {
-        const __m256 d = _mm256_set1_ps(half_to_float(b[k].d));
-        const __m256 m = _mm256_set1_ps(half_to_float(b[k].m));
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs));
-        const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-        _mm256_storeu_ps(out + 0, _mm256_fmadd_ps(d, u8x8_to_ps(lo), m));
-        _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(d, u8x8_to_ps(_mm_srli_si128(lo, 8)), m));
-        _mm256_storeu_ps(out + 16, _mm256_fmadd_ps(d, u8x8_to_ps(hi), m));
-        _mm256_storeu_ps(out + 24, _mm256_fmadd_ps(d, u8x8_to_ps(_mm_srli_si128(hi, 8)), m));
-      }
-      return;
-    }
-    case DType::Q4_0: {
-      const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
-      const __m128i mask = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
-      for (int k = 0; k < n / 32; ++k, out += 32) {
-        const __m256 d = _mm256_set1_ps(half_to_float(b[k].d));
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs));
-        const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
-        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
-        _mm256_storeu_ps(out + 0, _mm256_mul_ps(d, i8x8_to_ps(lo)));
-        _mm256_storeu_ps(out + 8, _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(lo, 8))));
-        _mm256_storeu_ps(out + 16, _mm256_mul_ps(d, i8x8_to_ps(hi)));
-        _mm256_storeu_ps(out + 24, _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(hi, 8))));
-      }
-      return;
-    }
-    case DType::Q8_0: {
-      const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
-      for (int k = 0; k < n / 32; ++k, out += 32) {
-        const __m256 d = _mm256_set1_ps(half_to_float(b[k].d));
-        const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs));
-        const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs + 16));
-        _mm256_storeu_ps(out + 0, _mm256_mul_ps(d, i8x8_to_ps(q0)));
-        _mm256_storeu_ps(out + 8, _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(q0, 8))));
-        _mm256_storeu_ps(out + 16, _mm256_mul_ps(d, i8x8_to_ps(q1)));
-        _mm256_storeu_ps(out + 24, _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(q1, 8))));
-      }
-      return;
-    }
+    case DType::Q4_1: return dequant_blocks<DType::Q4_1>(src, out, n);
+    case DType::Q4_0: return dequant_blocks<DType::Q4_0>(src, out, n);
+    case DType::Q8_0: return dequant_blocks<DType::Q8_0>(src, out, n);
     case DType::F16: {
       const uint16_t* h = static_cast<const uint16_t*>(src);
       int i = 0;
@@ -74,44 +81,6 @@ void dequant_avx2(DType t, const void* src, float* out, int n) {
     default:
       dequantize_row(t, src, out, n);
       return;
-  }
-}
-
-// Dequantizes 32-element block k of a row into four registers, with exactly the
-// arithmetic of dequant_avx2 (and so of dequantize_row).
-template <DType T>
-inline void block_to_regs(const void* row, int k, __m256 out[4]) {
-  if constexpr (T == DType::Q4_1) {
-    const BlockQ4_1& b = static_cast<const BlockQ4_1*>(row)[k];
-    const __m256 d = _mm256_set1_ps(half_to_float(b.d)), m = _mm256_set1_ps(half_to_float(b.m));
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-    const __m128i mask = _mm_set1_epi8(0x0f);
-    const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-    out[0] = _mm256_fmadd_ps(d, u8x8_to_ps(lo), m);
-    out[1] = _mm256_fmadd_ps(d, u8x8_to_ps(_mm_srli_si128(lo, 8)), m);
-    out[2] = _mm256_fmadd_ps(d, u8x8_to_ps(hi), m);
-    out[3] = _mm256_fmadd_ps(d, u8x8_to_ps(_mm_srli_si128(hi, 8)), m);
-  } else if constexpr (T == DType::Q4_0) {
-    const BlockQ4_0& b = static_cast<const BlockQ4_0*>(row)[k];
-    const __m256 d = _mm256_set1_ps(half_to_float(b.d));
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-    const __m128i mask = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
-    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
-    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
-    out[0] = _mm256_mul_ps(d, i8x8_to_ps(lo));
-    out[1] = _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(lo, 8)));
-    out[2] = _mm256_mul_ps(d, i8x8_to_ps(hi));
-    out[3] = _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(hi, 8)));
-  } else {
-    static_assert(T == DType::Q8_0, "block_to_regs: Q4_1, Q4_0 or Q8_0");
-    const BlockQ8_0& b = static_cast<const BlockQ8_0*>(row)[k];
-    const __m256 d = _mm256_set1_ps(half_to_float(b.d));
-    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16));
-    out[0] = _mm256_mul_ps(d, i8x8_to_ps(q0));
-    out[1] = _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(q0, 8)));
-    out[2] = _mm256_mul_ps(d, i8x8_to_ps(q1));
-    out[3] = _mm256_mul_ps(d, i8x8_to_ps(_mm_srli_si128(q1, 8)));
   }
 }
 
