@@ -32,9 +32,7 @@ Status Context::create(const Model& model, const ContextParams& params, std::uni
   if (params.n_ctx > c.max_positions)
     return make_error(StatusCode::kInvalidArgument, "n_ctx = %u exceeds the model's max_positions = %u",
                       params.n_ctx, c.max_positions);
-  if (params.n_batch == 0 || params.n_batch > params.n_ctx)
-    return make_error(StatusCode::kInvalidArgument, "n_batch = %u must be in [1, n_ctx = %u]", params.n_batch,
-                      params.n_ctx);
+  if (params.n_batch == 0) return make_error(StatusCode::kInvalidArgument, "n_batch = 0 (must be >= 1)");
   if (params.n_threads < 1 || params.n_threads > 256)
     return make_error(StatusCode::kInvalidArgument, "n_threads = %d must be in [1, 256]", params.n_threads);
   for (uint32_t i = 0; i < c.n_layers; ++i) {
@@ -52,6 +50,7 @@ Status Context::create(const Model& model, const ContextParams& params, std::uni
                         params.kernels);
   }
   std::unique_ptr<Context> ctx(new Context(model, params));
+  ctx->params_.n_batch = std::min(params.n_batch, params.n_ctx);  // a chunk never exceeds the context
   ctx->backend_.reset(new CpuBackend(params.n_threads, table));
   PKV_RETURN_IF_ERROR(ctx->plan_and_allocate());
   *out = std::move(ctx);

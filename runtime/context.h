@@ -13,7 +13,7 @@ class CpuBackend;
 
 struct ContextParams {
   uint32_t n_ctx = 2048;   // maximum tokens in the context (<= the model's max_positions)
-  uint32_t n_batch = 256;  // prefill chunk: tokens evaluated per forward pass (1..n_ctx)
+  uint32_t n_batch = 256;  // prefill chunk: tokens evaluated per forward pass (>= 1; capped at n_ctx)
   int n_threads = 0;       // worker threads (>= 1); 0 is rejected (default_context_params() fills it)
   const char* kernels = nullptr;  // CPU instruction set ("avx2", "neon", "portable"); nullptr = best
 };

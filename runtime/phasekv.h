@@ -89,7 +89,7 @@ pkv_status pkv_chat_apply_template(const pkv_model* model, const pkv_chat_messag
 
 typedef struct pkv_context_params {
   uint32_t n_ctx;    /* maximum tokens in the context, 1..max_positions (default 2048) */
-  uint32_t n_batch;  /* prefill chunk in tokens, 1..n_ctx (default 256) */
+  uint32_t n_batch;  /* prefill chunk in tokens, >= 1, capped at n_ctx (default 256) */
   int32_t n_threads; /* CPU threads, >= 1 (default: hardware threads); 0 is an error */
 } pkv_context_params;
 

@@ -13,6 +13,9 @@ namespace impl {
 
 using DequantFn = void (*)(DType, const void*, float*, int);
 
+// The scalar reference dequantization, for instruction sets without a vector version.
+inline void dequant_reference(DType t, const void* src, float* out, int n) { dequantize_row(t, src, out, n); }
+
 // The dot-product sequence every kernel follows: 8-lane partial sums in index order,
 // V::hsum, then the tail in index order.
 template <class V>

@@ -6,16 +6,12 @@
 namespace phasekv {
 namespace cpu {
 
-namespace {
-void dequant_reference(DType t, const void* src, float* out, int n) { dequantize_row(t, src, out, n); }
-}  // namespace
-
 extern const KernelTable kNeonKernels;  // external linkage (a namespace-scope const is internal otherwise)
 const KernelTable kNeonKernels = {
     "neon",
-    dequant_reference,
+    impl::dequant_reference,
     impl::dot<Vec8Neon>,
-    impl::matmul_rows<Vec8Neon, dequant_reference>,
+    impl::matmul_rows<Vec8Neon, impl::dequant_reference>,
     impl::axpy<Vec8Neon>,
 };
 

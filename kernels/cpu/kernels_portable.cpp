@@ -5,16 +5,12 @@
 namespace phasekv {
 namespace cpu {
 
-namespace {
-void dequant_reference(DType t, const void* src, float* out, int n) { dequantize_row(t, src, out, n); }
-}  // namespace
-
 extern const KernelTable kPortableKernels;  // external linkage (a namespace-scope const is internal otherwise)
 const KernelTable kPortableKernels = {
     "portable",
-    dequant_reference,
+    impl::dequant_reference,
     impl::dot<Vec8Portable>,
-    impl::matmul_rows<Vec8Portable, dequant_reference>,
+    impl::matmul_rows<Vec8Portable, impl::dequant_reference>,
     impl::axpy<Vec8Portable>,
 };
 

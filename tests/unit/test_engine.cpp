@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "cpu_kernels.h"
 #include "engine_util.h"
@@ -140,6 +141,30 @@ TEST_CASE("two contexts interleaved produce the same tokens as each run alone") 
   }
   CHECK(ia == ga);
   CHECK(ib == gb);
+
+  // And concurrently, from two application threads sharing the model (tokenizer included).
+  std::vector<int32_t> ta, tb;
+  auto work = [&](const std::string& text, std::vector<int32_t>* out) {
+    std::vector<int32_t> ids;
+    if (!m->tokenizer().encode(text, false, &ids).ok()) return;
+    auto c = make_context(*m, 128, 32, 1);
+    if (!c->prefill(ids.data(), ids.size()).ok()) return;
+    for (int i = 0; i < 12; ++i) {
+      out->push_back(argmax(c->logits(), vocab));
+      if (!c->decode(out->back()).ok()) return;
+    }
+  };
+  const nlohmann::json j = load_json_file(data_dir() + "/engine/prompts.json");
+  std::string text_a, text_b;
+  for (const auto& p : j["prompts"]) {
+    if (p["name"] == "plain") text_a = p["text"];
+    if (p["name"] == "nonenglish") text_b = p["text"];
+  }
+  std::thread th_a(work, text_a, &ta), th_b(work, text_b, &tb);
+  th_a.join();
+  th_b.join();
+  CHECK(ta == ga);
+  CHECK(tb == gb);
 }
 
 TEST_CASE("bad input: clear errors, and the context stays usable") {
