@@ -1,5 +1,7 @@
 #include "gguf_import.h"
 
+#include <cstdio>
+
 #include "kv_spec.h"
 #include "model_file.h"
 
@@ -138,7 +140,8 @@ std::string base_name(const std::string& path) {
 
 }  // namespace
 
-Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec, std::vector<const void*>* data) {
+Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec, std::vector<const void*>* data,
+                   std::vector<std::vector<float>>* owned) {
   ModelSpec s;
   bool has_rope_freqs = false;
   PKV_RETURN_IF_ERROR(import_config(g, &s.config, &has_rope_freqs));
@@ -166,7 +169,58 @@ Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec
   }
 
   s.layers.assign(s.config.n_layers, AttentionMemory{});
-  if (s.config.n_layers > 0) PKV_RETURN_IF_ERROR(apply_kv_specs(opts.kv_specs, &s.layers));
+  std::vector<PlantedGate> planted;
+  if (s.config.n_layers > 0) PKV_RETURN_IF_ERROR(apply_kv_specs(opts.kv_specs, &s.layers, &planted));
+
+  auto add_tensor = [&](const std::string& name, DType dt, const std::vector<uint64_t>& shape,
+                        const void* bytes, const char* origin) -> Status {
+    if (s.find_tensor(name))
+      return make_error(StatusCode::kInvalidArgument, "tensor '%s' (%s) is already in the model", name.c_str(),
+                        origin);
+    TensorInfo t;
+    t.name = name;
+    t.dtype = dt;
+    t.shape = shape;
+    s.tensors.push_back(std::move(t));
+    ptrs.push_back(bytes);
+    return Status::Ok();
+  };
+  for (const ExtraTensor& e : opts.extra_tensors) {
+    // Only tensors some layer's memory reads: a gate for a uniform layer is a mistake.
+    bool used = false;
+    std::string layer_desc = "no layer";
+    unsigned layer = 0;
+    if (std::sscanf(e.name.c_str(), "blk.%u.", &layer) == 1 && layer < s.layers.size()) {
+      layer_desc = "layer " + std::to_string(layer) + " (" + s.layers[layer].describe() + ")";
+      for (const CompressorTensor& c : compressor_tensors(s.config, s.layers[layer], layer)) used |= c.name == e.name;
+    }
+    if (!used)
+      return make_error(StatusCode::kInvalidArgument,
+                        "tensor '%s' from the gates file is not read by %s; set the layer's memory with --kv "
+                        "(gate=scalar|vector, payload=map, entry_norm=1, sink=1)",
+                        e.name.c_str(), layer_desc.c_str());
+    uint64_t need = 0;
+    Status st = tensor_byte_size(e.dtype, e.shape, &need);
+    if (!st.ok()) return st.with_context("tensor '" + e.name + "'");
+    if (need != e.bytes.size())
+      return make_error(StatusCode::kInvalidArgument, "tensor '%s': %zu bytes given, its dtype and shape need %llu",
+                        e.name.c_str(), e.bytes.size(), (unsigned long long)need);
+    PKV_RETURN_IF_ERROR(add_tensor(e.name, e.dtype, e.shape, e.bytes.data(), "from the gates file"));
+  }
+  for (uint32_t l = 0; l < planted.size(); ++l) {
+    if (!planted[l].on) continue;
+    if (!owned) return make_error(StatusCode::kInternal, "import_gguf: planted gates need storage");
+    const AttentionMemory& m = s.layers[l];
+    const uint32_t nkv = s.config.n_kv_heads;
+    owned->emplace_back();
+    owned->emplace_back();  // moving the outer vector keeps each inner buffer where it is
+    std::vector<float>& bk = (*owned)[owned->size() - 2];
+    std::vector<float>& bv = (*owned)[owned->size() - 1];
+    planted_gate_biases(planted[l], m.window, nkv, &bk, &bv);
+    const std::string p = "blk." + std::to_string(l) + ".";
+    PKV_RETURN_IF_ERROR(add_tensor(p + "cmp_k_gate.bias", DType::F32, {m.window, nkv}, bk.data(), "planted gate"));
+    PKV_RETURN_IF_ERROR(add_tensor(p + "cmp_v_gate.bias", DType::F32, {m.window, nkv}, bv.data(), "planted gate"));
+  }
 
   s.provenance.source_file = base_name(g.path());
   s.provenance.source_format = "gguf v" + std::to_string(g.version());
@@ -184,7 +238,8 @@ Status convert_gguf_to_pkv(const std::string& in_path, const std::string& out_pa
   PKV_RETURN_IF_ERROR(GgufFile::open(in_path, &g));
   ModelSpec spec;
   std::vector<const void*> data;
-  Status s = import_gguf(*g, opts, &spec, &data);
+  std::vector<std::vector<float>> owned;
+  Status s = import_gguf(*g, opts, &spec, &data, &owned);
   if (!s.ok()) return s.with_context(in_path);
   uint64_t blob = 0;
   PKV_RETURN_IF_ERROR(layout_tensors(&spec.tensors, &blob));

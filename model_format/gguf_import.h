@@ -13,12 +13,24 @@ namespace phasekv {
 
 constexpr const char* kConverterVersion = "phasekv-convert 0.1.0";
 
-struct ImportOptions {
-  std::vector<std::string> kv_specs;  // --kv specifications, applied in order (kv_spec.h)
+// A tensor that does not come from the GGUF (compressor gates and maps from --gates).
+struct ExtraTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<uint64_t> shape;  // outermost first
+  std::vector<uint8_t> bytes;   // dtype x shape, row-major
 };
 
-// Fills *spec (offsets not yet laid out) and *data (pointers into g's mapping, one per tensor).
-Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec, std::vector<const void*>* data);
+struct ImportOptions {
+  std::vector<std::string> kv_specs;       // --kv specifications, applied in order (kv_spec.h)
+  std::vector<ExtraTensor> extra_tensors;  // added to the model; a name clash with the GGUF is an error
+};
+
+// Fills *spec (offsets not yet laid out) and *data (one pointer per tensor: into g's mapping,
+// into opts.extra_tensors, or into *owned, which holds tensors the import itself makes, e.g.
+// planted gate biases; keep it alive until the file is written).
+Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec, std::vector<const void*>* data,
+                   std::vector<std::vector<float>>* owned = nullptr);
 
 // Reads `in_path` (GGUF), imports it and writes `out_path` (.pkv). *spec_out, if given,
 // receives the spec as written (with offsets).

@@ -69,12 +69,17 @@ bool AttentionMemory::operator==(const AttentionMemory& o) const {
 
 std::string AttentionMemory::describe() const {
   switch (kind) {
-    case MemoryKind::Full: return "full";
-    case MemoryKind::Sliding: return "sliding:L=" + std::to_string(local);
+    case MemoryKind::Full: return sink ? "full:sink=1" : "full";
+    case MemoryKind::Sliding: return "sliding:L=" + std::to_string(local) + (sink ? ",sink=1" : "");
     case MemoryKind::Compressed: {
       std::string s = "compressed:W=" + std::to_string(window) + ",S=" + std::to_string(stride) +
                       ",L=" + std::to_string(local) + ",gate=" + gate_kind_name(gate);
+      if (gate != GateKind::Uniform && gate_maps == MapSharing::PerOffset) s += ",gate_maps=offset";
+      if (payload == PayloadSource::CompressorMap)
+        s += payload_maps == MapSharing::PerOffset ? ",payload=map,payload_maps=offset" : ",payload=map";
+      if (kv_tied) s += ",tied=1";
       if (entry_rope == EntryRope::RotateEntry) s += ",rope=entry";
+      if (entry_norm) s += ",entry_norm=1";
       if (sink) s += ",sink=1";
       if (gap_accepted) s += ",gap=1";
       return s;
@@ -130,6 +135,29 @@ std::vector<ExpectedTensor> llama_expected_tensors(const ModelConfig& c) {
     out.push_back({p + "ffn_up.weight", {f, d}});
     out.push_back({p + "ffn_down.weight", {d, f}});
   }
+  return out;
+}
+
+std::vector<CompressorTensor> compressor_tensors(const ModelConfig& c, const AttentionMemory& m, uint32_t layer) {
+  std::vector<CompressorTensor> out;
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  const uint64_t d = c.d_model, hd = c.head_dim, kvd = uint64_t(c.n_kv_heads) * hd, W = m.window;
+  if (m.sink) out.push_back({p + "attn_sink", {c.n_heads}, true, true});
+  if (m.kind != MemoryKind::Compressed) return out;
+  const uint64_t g = uint64_t(c.n_kv_heads) * (m.gate == GateKind::Vector ? hd : 1);
+  for (const char* b : {"k", "v"}) {
+    const std::string cmp = p + "cmp_" + b;
+    if (m.gate != GateKind::Uniform) {
+      out.push_back({cmp + "_gate.bias", {W, g}, true, true});
+      if (m.gate_maps == MapSharing::PerOffset) out.push_back({cmp + "_gate.weight", {W, g, d}, true, false});
+      else out.push_back({cmp + "_gate.weight", {g, d}, false, false});
+    }
+    if (m.payload == PayloadSource::CompressorMap) {
+      if (m.payload_maps == MapSharing::PerOffset) out.push_back({cmp + ".weight", {W, kvd, d}, true, false});
+      else out.push_back({cmp + ".weight", {kvd, d}, true, false});
+    }
+  }
+  if (m.entry_norm) out.push_back({p + "cmp_k_norm.weight", {hd}, true, true});
   return out;
 }
 
@@ -263,6 +291,23 @@ Status validate_tensors(const ModelSpec& spec, uint64_t blob_size) {
       return make_error(StatusCode::kInvalidFile, "tensor '%s' has shape %s; the config implies %s", e.name.c_str(),
                         shape_str(t->shape).c_str(), shape_str(e.shape).c_str());
   }
+  for (uint32_t l = 0; l < spec.layers.size(); ++l) {
+    for (const CompressorTensor& e : compressor_tensors(spec.config, spec.layers[l], l)) {
+      const TensorInfo* t = spec.find_tensor(e.name);
+      if (!t) {
+        if (!e.required) continue;
+        return make_error(StatusCode::kInvalidFile, "layers[%u] (%s) needs tensor '%s' %s, which is missing", l,
+                          spec.layers[l].describe().c_str(), e.name.c_str(), shape_str(e.shape).c_str());
+      }
+      if (t->shape != e.shape)
+        return make_error(StatusCode::kInvalidFile, "tensor '%s' has shape %s; layers[%u] (%s) implies %s",
+                          e.name.c_str(), shape_str(t->shape).c_str(), l, spec.layers[l].describe().c_str(),
+                          shape_str(e.shape).c_str());
+      if (e.f32_only && t->dtype != DType::F32)
+        return make_error(StatusCode::kInvalidFile, "tensor '%s' is %s; it must be F32", e.name.c_str(),
+                          dtype_name(t->dtype));
+    }
+  }
   return Status::Ok();
 }
 
@@ -272,6 +317,8 @@ Status validate_memory(const AttentionMemory& m, uint32_t layer) {
   const unsigned l = layer;
   switch (m.kind) {
     case MemoryKind::Full:
+      if (m.selection != Selection::AllEntries || m.gate != GateKind::Uniform)
+        return make_error(StatusCode::kInvalidFile, "layers[%u]: a full memory has no gate or selection", l);
       if (m.window || m.stride || m.local)
         return make_error(StatusCode::kInvalidFile, "layers[%u]: a full memory has no W/S/L (got W=%u S=%u L=%u)",
                           l, m.window, m.stride, m.local);
@@ -304,14 +351,16 @@ Status validate_memory(const AttentionMemory& m, uint32_t layer) {
           uint8_t(m.payload_maps) > 1 || uint8_t(m.entry_rope) > 1 || uint8_t(m.selection) > 1)
         return make_error(StatusCode::kInvalidFile, "layers[%u]: an enum field of the compressed memory is unknown",
                           l);
-      if (m.gate != GateKind::Uniform)
+      if (m.entry_norm && m.entry_rope != EntryRope::RotateEntry)
+        return make_error(StatusCode::kInvalidFile,
+                          "layers[%u]: entry_norm is set but entry_rope is rotate-tokens (the entry RMSNorm "
+                          "applies to un-rotated pooled keys only)",
+                          l);
+      if (m.kv_tied)
         return make_error(StatusCode::kUnsupported,
-                          "layers[%u]: gate = %s needs gate tensors, which this version reads for no gate but "
-                          "uniform",
-                          l, gate_kind_name(m.gate));
-      if (m.payload != PayloadSource::LayerProjection)
-        return make_error(StatusCode::kUnsupported,
-                          "layers[%u]: payload = compressor map needs payload tensors, not read by this version", l);
+                          "layers[%u]: kv_tied (one compressor branch for K and V) is not implemented in this "
+                          "version",
+                          l);
       if (m.selection != Selection::AllEntries)
         return make_error(StatusCode::kUnsupported, "layers[%u]: selection = indexer top-k is not implemented", l);
       return Status::Ok();

@@ -133,6 +133,24 @@ struct ExpectedTensor {
 };
 std::vector<ExpectedTensor> llama_expected_tensors(const ModelConfig& c);
 
+// The tensors one layer's attention memory reads (compressor gates and payload maps, the
+// entry norm, the sink), per DESIGN.md section 3. Names, for layer N and branch b in {k, v}
+// (G = n_kv_heads x d_g, d_g = 1 for a scalar gate and head_dim for a vector gate):
+//   blk.N.cmp_b_gate.bias    [W, G]          F32   gate bias b_i per offset
+//   blk.N.cmp_b_gate.weight  [G, d_model]          gate map Z, shared (optional: absent = 0)
+//                            [W, G, d_model]       one map per offset (gate_maps = per-offset)
+//   blk.N.cmp_b.weight       [kvd, d_model]        payload map C (payload = compressor map)
+//                            [W, kvd, d_model]     one map per offset (payload_maps = per-offset)
+//   blk.N.cmp_k_norm.weight  [head_dim]      F32   entry RMSNorm of pooled keys (entry_norm)
+//   blk.N.attn_sink          [n_heads]       F32   sink logit per query head (sink, any kind)
+struct CompressorTensor {
+  std::string name;
+  std::vector<uint64_t> shape;
+  bool required = true;
+  bool f32_only = false;  // otherwise any matmul dtype
+};
+std::vector<CompressorTensor> compressor_tensors(const ModelConfig& c, const AttentionMemory& m, uint32_t layer);
+
 // Semantic validation of a spec against a blob of `blob_size` bytes: hyper-parameters,
 // per-layer memory descriptors, tensor placement (inside the blob, 64-byte aligned, no
 // overlap), byte sizes, required tensors and shapes, tokenizer consistency. The message

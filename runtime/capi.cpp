@@ -160,7 +160,7 @@ pkv_status pkv_chat_apply_template(const pkv_model* model, const pkv_chat_messag
 
 pkv_context_params pkv_context_default_params(void) {
   const phasekv::ContextParams p = phasekv::default_context_params();
-  return pkv_context_params{p.n_ctx, p.n_batch, p.n_threads};
+  return pkv_context_params{p.n_ctx, p.n_batch, p.n_threads, p.memory_budget};
 }
 
 pkv_status pkv_context_init(const pkv_model* model, const pkv_context_params* params, pkv_context** out) {
@@ -170,6 +170,7 @@ pkv_status pkv_context_init(const pkv_model* model, const pkv_context_params* pa
     p.n_ctx = params->n_ctx;
     p.n_batch = params->n_batch;
     p.n_threads = params->n_threads;
+    p.memory_budget = params->memory_budget;
     std::unique_ptr<pkv_context> c(new pkv_context());
     phasekv::Status s = phasekv::Context::create(*model->m, p, &c->c);
     if (!s.ok()) return fail(s);
@@ -193,6 +194,26 @@ const float* pkv_logits(const pkv_context* ctx) { return ctx ? ctx->c->logits() 
 uint32_t pkv_context_n_past(const pkv_context* ctx) { return ctx ? ctx->c->n_past() : 0; }
 void pkv_context_reset(pkv_context* ctx) {
   if (ctx) ctx->c->reset();
+}
+
+uint64_t pkv_context_memory_bytes(const pkv_context* ctx) { return ctx ? ctx->c->allocated_bytes() : 0; }
+
+size_t pkv_context_snapshot_size(const pkv_context* ctx) { return ctx ? ctx->c->snapshot_bytes() : 0; }
+
+pkv_status pkv_context_snapshot(const pkv_context* ctx, void* buf, size_t capacity, size_t* written) {
+  PKV_CHECK_ARG(ctx && buf, "pkv_context_snapshot: ctx and buf are required");
+  return guarded([&] {
+    phasekv::Status s = ctx->c->snapshot(buf, capacity, written);
+    return s.ok() ? PKV_OK : fail(s);
+  });
+}
+
+pkv_status pkv_context_restore(pkv_context* ctx, const void* buf, size_t size) {
+  PKV_CHECK_ARG(ctx && buf, "pkv_context_restore: ctx and buf are required");
+  return guarded([&] {
+    phasekv::Status s = ctx->c->restore(buf, size);
+    return s.ok() ? PKV_OK : fail(s);
+  });
 }
 
 pkv_sampler_params pkv_sampler_default_params(void) {

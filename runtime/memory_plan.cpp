@@ -1,51 +1,174 @@
 #include "memory_plan.h"
 
 #include <algorithm>
+#include <cstdio>
+
+#include "cpu_backend.h"
 
 namespace phasekv {
 
-Status plan_memory(const ModelSpec& spec, uint64_t weights_bytes, uint32_t n_ctx, MemoryPlan* out) {
+namespace {
+
+uint64_t align_up(uint64_t b) { return (b + kPlanAlign - 1) & ~(kPlanAlign - 1); }
+
+std::string mib(uint64_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%14llu B  %10.2f MiB", (unsigned long long)b, double(b) / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+Status plan_memory(const ModelSpec& spec, uint64_t weights_bytes, const PlanParams& pp, MemoryPlan* out) {
   const ModelConfig& c = spec.config;
-  if (n_ctx == 0) return make_error(StatusCode::kInvalidArgument, "n_ctx = 0 (must be >= 1)");
-  if (n_ctx > c.max_positions)
-    return make_error(StatusCode::kInvalidArgument, "n_ctx = %u exceeds the model's max_positions = %u", n_ctx,
+  if (pp.n_ctx == 0) return make_error(StatusCode::kInvalidArgument, "n_ctx = 0 (must be >= 1)");
+  if (pp.n_ctx > c.max_positions)
+    return make_error(StatusCode::kInvalidArgument, "n_ctx = %u exceeds the model's max_positions = %u", pp.n_ctx,
                       c.max_positions);
+  if (pp.n_batch == 0) return make_error(StatusCode::kInvalidArgument, "n_batch = 0 (must be >= 1)");
+  if (pp.n_threads < 1) return make_error(StatusCode::kInvalidArgument, "n_threads = %d (must be >= 1)", pp.n_threads);
   MemoryPlan p;
-  p.n_ctx = n_ctx;
+  p.n_ctx = pp.n_ctx;
+  p.n_batch = std::min(pp.n_batch, pp.n_ctx);
+  p.n_threads = pp.n_threads;
   p.weights_bytes = weights_bytes;
-  // One K row and one V row per entry: n_kv_heads x head_dim each.
-  const uint64_t row = uint64_t(c.n_kv_heads) * c.head_dim * p.kv_elem_bytes * 2;
-  for (const AttentionMemory& m : spec.layers) {
-    LayerMemoryPlan l;
-    l.kind = m.kind;
+  const uint64_t T = p.n_ctx, B = p.n_batch, E = p.kv_elem_bytes;
+  const uint64_t hd = c.head_dim, kvd = uint64_t(c.n_kv_heads) * hd, d = c.d_model;
+  const uint64_t qd = uint64_t(c.n_heads) * hd, ffn = c.ffn_dim;
+  auto add = [&](const std::string& name, PlanBuffer::Role role, int32_t layer, uint64_t bytes) {
+    if (bytes == 0) return;
+    PlanBuffer b;
+    b.name = name;
+    b.role = role;
+    b.layer = layer;
+    b.bytes = bytes;
+    p.buffers.push_back(b);
+  };
+
+  // Layer memories.
+  bool any_windowed = false, any_raw_keys = false;
+  uint64_t gate_cols = 0, payload_cols = 0;
+  for (uint32_t l = 0; l < spec.layers.size(); ++l) {
+    const AttentionMemory& m = spec.layers[l];
+    const std::string ln = "layer " + std::to_string(l) + " ";
+    LayerMemoryPlan lp;
+    lp.kind = m.kind;
+    uint64_t keys = 0;
     switch (m.kind) {
       case MemoryKind::Full:
-        l.exact_entries = n_ctx;
+        lp.exact_entries = T;
+        keys = T;
         break;
       case MemoryKind::Sliding:
-        l.exact_entries = std::min<uint64_t>(n_ctx, m.local);
+        lp.exact_entries = std::min<uint64_t>(T, m.local);
+        keys = std::min<uint64_t>(T, m.local);
+        any_windowed = true;
         break;
       case MemoryKind::Compressed: {
-        l.exact_entries = std::min<uint64_t>(n_ctx, m.local);
-        l.compressed_entries = n_ctx / m.stride;
-        // Per branch and KV head, one online-softmax accumulator per open window
-        // (ceil(W/S) windows overlap a token): running max and denominator (d_g each) and a
-        // weighted sum (head_dim), all f32.
-        const uint64_t d_g = m.gate == GateKind::Vector ? c.head_dim : 1;
+        lp.exact_entries = std::min<uint64_t>(T, m.local);
+        lp.compressed_entries = T / m.stride;
+        keys = lp.exact_entries + lp.compressed_entries;
+        any_windowed = true;
+        // Per branch and KV head, one online-softmax accumulator per open window (ceil(W/S)
+        // windows overlap a token): running max and denominator (d_g each) and a weighted sum
+        // (head_dim), all f32.
+        const uint64_t d_g = m.gate == GateKind::Vector ? hd : 1;
         const uint64_t open_windows = (m.window + m.stride - 1) / m.stride;
-        const uint64_t branches = m.kv_tied ? 1 : 2;
-        l.accumulator_bytes = branches * c.n_kv_heads * open_windows * (2 * d_g + c.head_dim) * 4;
+        lp.accumulator_bytes = 2 * c.n_kv_heads * open_windows * (2 * d_g + hd) * 4;
+        if (m.entry_rope == EntryRope::RotateEntry && m.payload == PayloadSource::LayerProjection)
+          any_raw_keys = true;
+        const uint64_t g = uint64_t(c.n_kv_heads) * d_g;
+        if (m.gate != GateKind::Uniform)
+          gate_cols = std::max(gate_cols, m.gate_maps == MapSharing::PerOffset ? m.window * g : g);
+        if (m.payload == PayloadSource::CompressorMap)
+          payload_cols = std::max(payload_cols, m.payload_maps == MapSharing::PerOffset ? m.window * kvd : kvd);
         break;
       }
     }
-    // A tied K/V compressor stores one pooled row per entry instead of two.
-    const uint64_t entry_row = m.kind == MemoryKind::Compressed && m.kv_tied ? row / 2 : row;
-    l.kv_bytes = l.exact_entries * row + l.compressed_entries * entry_row + l.accumulator_bytes;
-    p.kv_bytes_total += l.kv_bytes;
-    p.layers.push_back(l);
+    p.max_keys = std::max(p.max_keys, keys);
+    lp.kv_bytes = (lp.exact_entries + lp.compressed_entries) * kvd * E * 2 + lp.accumulator_bytes;
+    add(ln + "K", PlanBuffer::kKeys, int32_t(l), lp.exact_entries * kvd * E);
+    add(ln + "V", PlanBuffer::kValues, int32_t(l), lp.exact_entries * kvd * E);
+    add(ln + "K entries", PlanBuffer::kKeyEntries, int32_t(l), lp.compressed_entries * kvd * E);
+    add(ln + "V entries", PlanBuffer::kValueEntries, int32_t(l), lp.compressed_entries * kvd * E);
+    add(ln + "accumulators", PlanBuffer::kAccumulators, int32_t(l), lp.accumulator_bytes);
+    p.kv_bytes_total += lp.kv_bytes;
+    p.layers.push_back(lp);
   }
+
+  // Activation scratch for one chunk of B tokens (names are what the context binds).
+  const size_t first_scratch = p.buffers.size();
+  add("x", PlanBuffer::kScratch, -1, B * d * 4);
+  add("xn", PlanBuffer::kScratch, -1, B * d * 4);
+  add("q", PlanBuffer::kScratch, -1, B * qd * 4);
+  add("att", PlanBuffer::kScratch, -1, B * qd * 4);
+  add("tmp", PlanBuffer::kScratch, -1, B * d * 4);
+  add("gate", PlanBuffer::kScratch, -1, B * ffn * 4);
+  add("up", PlanBuffer::kScratch, -1, B * ffn * 4);
+  add("logits", PlanBuffer::kScratch, -1, uint64_t(c.vocab_size) * 4);
+  if (any_windowed) {
+    add("chunk K", PlanBuffer::kScratch, -1, B * kvd * 4);
+    add("chunk V", PlanBuffer::kScratch, -1, B * kvd * 4);
+  }
+  if (any_raw_keys) add("chunk K un-rotated", PlanBuffer::kScratch, -1, B * kvd * 4);
+  if (gate_cols) {
+    add("gate logits K", PlanBuffer::kScratch, -1, B * gate_cols * 4);
+    add("gate logits V", PlanBuffer::kScratch, -1, B * gate_cols * 4);
+  }
+  if (payload_cols) {
+    add("payload K", PlanBuffer::kScratch, -1, B * payload_cols * 4);
+    add("payload V", PlanBuffer::kScratch, -1, B * payload_cols * 4);
+  }
+  for (size_t i = first_scratch; i < p.buffers.size(); ++i) p.scratch_bytes += p.buffers[i].bytes;
+
+  WorkspaceQuery wq;
+  wq.max_tokens = int(B);
+  wq.max_k = int(std::max<uint64_t>({d, qd, ffn}));
+  wq.n_ctx = int(std::max<uint64_t>(p.max_keys, 1));
+  wq.n_threads = p.n_threads;
+  p.workspace_bytes = CpuBackend::workspace_bytes_for(wq, p.n_threads);
+  add("backend workspace", PlanBuffer::kWorkspace, -1, p.workspace_bytes);
+
+  for (const PlanBuffer& b : p.buffers) p.arena_bytes += align_up(b.bytes);
   *out = std::move(p);
   return Status::Ok();
+}
+
+Status plan_memory(const ModelSpec& spec, uint64_t weights_bytes, uint32_t n_ctx, MemoryPlan* out) {
+  PlanParams pp;
+  pp.n_ctx = n_ctx;
+  pp.n_batch = std::min<uint32_t>(256, std::max<uint32_t>(n_ctx, 1));
+  pp.n_threads = 1;
+  return plan_memory(spec, weights_bytes, pp, out);
+}
+
+std::string MemoryPlan::itemised() const {
+  std::string s;
+  char line[160];
+  std::snprintf(line, sizeof line, "memory plan (n_ctx %u, n_batch %u, %d threads):\n", n_ctx, n_batch, n_threads);
+  s += line;
+  const char* kinds[] = {"full", "sliding", "compressed"};
+  for (int k = 0; k < 3; ++k) {
+    uint64_t bytes = 0, count = 0;
+    for (const LayerMemoryPlan& l : layers)
+      if (int(l.kind) == k) {
+        bytes += l.kv_bytes;
+        ++count;
+      }
+    if (!count) continue;
+    std::snprintf(line, sizeof line, "  KV, %3llu %-10s layers %s\n", (unsigned long long)count, kinds[k],
+                  mib(bytes).c_str());
+    s += line;
+  }
+  std::snprintf(line, sizeof line, "  activation scratch          %s\n", mib(scratch_bytes).c_str());
+  s += line;
+  std::snprintf(line, sizeof line, "  backend workspace           %s\n", mib(workspace_bytes).c_str());
+  s += line;
+  std::snprintf(line, sizeof line, "  context arena (total)       %s\n", mib(arena_bytes).c_str());
+  s += line;
+  std::snprintf(line, sizeof line, "  weights (mapped, shared)    %s\n", mib(weights_bytes).c_str());
+  s += line;
+  return s;
 }
 
 }  // namespace phasekv

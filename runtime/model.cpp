@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <cmath>
+#include <vector>
 
 namespace phasekv {
 
@@ -22,6 +23,59 @@ Status Model::weight(const std::string& name, WeightView* out) const {
   out->rows = int(t->shape[0]);
   out->cols = int(t->shape[1]);
   out->row_bytes = size_t(t->size / t->shape[0]);
+  return Status::Ok();
+}
+
+namespace {
+
+// A 2- or 3-D tensor as a matrix of its innermost rows.
+WeightView matrix_view(const ModelFile& f, const TensorInfo& t) {
+  WeightView w;
+  w.dtype = t.dtype;
+  w.data = f.tensor_data(t);
+  uint64_t rows = 1;
+  for (size_t i = 0; i + 1 < t.shape.size(); ++i) rows *= t.shape[i];
+  w.rows = int(rows);
+  w.cols = int(t.shape.back());
+  w.row_bytes = size_t(t.size / rows);
+  return w;
+}
+
+Status check_finite(const ModelFile& f, const TensorInfo& t) {
+  const WeightView w = matrix_view(f, t);
+  std::vector<float> row(size_t(w.cols));
+  for (int r = 0; r < w.rows; ++r) {
+    dequantize_row(t.dtype, static_cast<const uint8_t*>(w.data) + size_t(r) * w.row_bytes, row.data(), w.cols);
+    for (int c = 0; c < w.cols; ++c)
+      if (!std::isfinite(row[size_t(c)]))
+        return make_error(StatusCode::kInvalidFile, "tensor '%s' element %llu is %s", t.name.c_str(),
+                          (unsigned long long)(uint64_t(r) * uint64_t(w.cols) + uint64_t(c)),
+                          std::isnan(row[size_t(c)]) ? "NaN" : "infinite");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Model::compressor(uint32_t l) {
+  const AttentionMemory& m = spec().layers[l];
+  Layer& L = layers_[l];
+  const std::string p = "blk." + std::to_string(l) + ".";
+  for (const CompressorTensor& e : compressor_tensors(config(), m, l)) {
+    const TensorInfo* t = file_->find_tensor(e.name);
+    if (!t) continue;  // optional and absent (validated with the file)
+    PKV_RETURN_IF_ERROR(check_finite(*file_, *t));
+    const float* f32 = reinterpret_cast<const float*>(file_->tensor_data(*t));
+    const std::string n = e.name.substr(p.size());
+    if (n == "attn_sink") L.sink = f32;
+    else if (n == "cmp_k_norm.weight") L.k_norm = f32;
+    else if (n == "cmp_k_gate.bias") L.cmp[0].gate_bias = f32;
+    else if (n == "cmp_v_gate.bias") L.cmp[1].gate_bias = f32;
+    else if (n == "cmp_k_gate.weight") L.cmp[0].gate_map = matrix_view(*file_, *t);
+    else if (n == "cmp_v_gate.weight") L.cmp[1].gate_map = matrix_view(*file_, *t);
+    else if (n == "cmp_k.weight") L.cmp[0].payload_map = matrix_view(*file_, *t);
+    else if (n == "cmp_v.weight") L.cmp[1].payload_map = matrix_view(*file_, *t);
+  }
   return Status::Ok();
 }
 
@@ -68,6 +122,7 @@ Status Model::build() {
     PKV_RETURN_IF_ERROR(weight(p + "ffn_gate.weight", &L.w_gate));
     PKV_RETURN_IF_ERROR(weight(p + "ffn_up.weight", &L.w_up));
     PKV_RETURN_IF_ERROR(weight(p + "ffn_down.weight", &L.w_down));
+    PKV_RETURN_IF_ERROR(compressor(i));
   }
   // RoPE: inv_freq[i] = theta^(-2i/dim), divided by the Llama 3 factors when the file has them.
   const uint32_t half = c.rope.dim / 2;

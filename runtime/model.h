@@ -20,6 +20,15 @@ class Model {
     WeightView wq, wk, wv, wo;
     const float* ffn_norm;   // [d_model]
     WeightView w_gate, w_up, w_down;
+    // Compressor tensors (model_spec.h compressor_tensors); null data = absent.
+    struct Branch {
+      const float* gate_bias = nullptr;  // [W, G]
+      WeightView gate_map;               // [G, d] or, per offset, [W*G, d]
+      WeightView payload_map;            // [kvd, d] or, per offset, [W*kvd, d]
+    };
+    Branch cmp[2];                       // 0: K, 1: V
+    const float* k_norm = nullptr;       // [head_dim] entry RMSNorm
+    const float* sink = nullptr;         // [n_heads]
   };
 
   static Status load(const std::string& path, std::unique_ptr<Model>* out);
@@ -40,6 +49,7 @@ class Model {
   Model() = default;
   Status build();
   Status weight(const std::string& name, WeightView* out) const;
+  Status compressor(uint32_t layer);
   Status norm(const std::string& name, const float** out);
 
   std::unique_ptr<ModelFile> file_;

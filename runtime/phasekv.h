@@ -91,6 +91,9 @@ typedef struct pkv_context_params {
   uint32_t n_ctx;    /* maximum tokens in the context, 1..max_positions (default 2048) */
   uint32_t n_batch;  /* prefill chunk in tokens, >= 1, capped at n_ctx (default 256) */
   int32_t n_threads; /* CPU threads, >= 1 (default: hardware threads); 0 is an error */
+  uint64_t memory_budget; /* bytes the context may allocate; 0 = no limit (default). Over it,
+                             pkv_context_init fails with PKV_ERR_BUDGET_EXCEEDED and the itemised
+                             plan in pkv_last_error() */
 } pkv_context_params;
 
 pkv_context_params pkv_context_default_params(void);
@@ -106,6 +109,16 @@ const float* pkv_logits(const pkv_context* ctx);
 uint32_t pkv_context_n_past(const pkv_context* ctx);
 /* Forgets all tokens (memory stays allocated). */
 void pkv_context_reset(pkv_context* ctx);
+/* Bytes the context allocated at init (its whole arena: attention memories, scratch). */
+uint64_t pkv_context_memory_bytes(const pkv_context* ctx);
+
+/* Snapshots: the context's state (tokens so far, attention memories, logits) copied into a
+ * caller buffer of pkv_context_snapshot_size() bytes; pkv_context_restore() puts it back into
+ * any context of the same model file with room for its tokens, which then continues
+ * bit-identically. A failed restore changes nothing. */
+size_t pkv_context_snapshot_size(const pkv_context* ctx);
+pkv_status pkv_context_snapshot(const pkv_context* ctx, void* buf, size_t capacity, size_t* written);
+pkv_status pkv_context_restore(pkv_context* ctx, const void* buf, size_t size);
 
 /* ---- Sampler ---------------------------------------------------------------------------- */
 

@@ -13,10 +13,12 @@ bool CpuBackend::supports(BackendOp op, DType t) const {
   return dtype_info(uint8_t(t)) != nullptr;  // every op, every dtype
 }
 
-size_t CpuBackend::workspace_bytes(const WorkspaceQuery& q) const {
+size_t CpuBackend::workspace_bytes_for(const WorkspaceQuery& q, int n_threads) {
   const size_t per_thread = std::max<size_t>(size_t(4) * size_t(q.max_k), size_t(q.n_ctx));
-  return size_t(pool_.size()) * ((per_thread + 15) & ~size_t(15)) * sizeof(float);
+  return size_t(n_threads) * ((per_thread + 15) & ~size_t(15)) * sizeof(float);
 }
+
+size_t CpuBackend::workspace_bytes(const WorkspaceQuery& q) const { return workspace_bytes_for(q, pool_.size()); }
 
 Status CpuBackend::bind_workspace(void* base, size_t bytes, const WorkspaceQuery& q) {
   if (bytes < workspace_bytes(q))
@@ -106,8 +108,9 @@ struct AttentionJob {
   size_t scratch_stride;
 };
 
-// One (token, head) pair: scores over positions 0..pos in order, softmax, weighted sum of
-// V rows in order. The sequence is the same whatever chunk the token arrives in.
+// One (token, head) pair: scores over the visible keys in a fixed order (entries, then exact
+// tokens oldest first), softmax, weighted sum of values in the same order. The sequence is
+// the same whatever chunk the token arrives in.
 void attention_task(void* ctx, int task, int thread) {
   AttentionJob& j = *static_cast<AttentionJob*>(ctx);
   const AttentionArgs& a = *j.a;
@@ -115,15 +118,116 @@ void attention_task(void* ctx, int task, int thread) {
   const int kvh = h / (a.n_heads / a.n_kv_heads);
   const int hd = a.head_dim;
   const size_t q_stride = size_t(a.n_heads) * hd, kv_stride = size_t(a.n_kv_heads) * hd;
-  const int n_keys = a.first_pos + t + 1;
+  const size_t kv_off = size_t(kvh) * hd;
+  const int pos = a.first_pos + t;
   const float* q = a.q + size_t(t) * q_stride + size_t(h) * hd;
   float* scores = j.scratch + size_t(thread) * j.scratch_stride;
-  for (int p = 0; p < n_keys; ++p)
-    scores[p] = j.k->dot(q, a.k_cache + size_t(p) * kv_stride + size_t(kvh) * hd, hd) * a.scale;
-  cpu::softmax(scores, n_keys);
   float* out = a.out + size_t(t) * q_stride + size_t(h) * hd;
+
+  const int n_ent = a.stride > 0 ? (pos + 1) / a.stride : 0;
+  const int lo = a.local < 0 ? 0 : std::max(0, pos - a.local + 1);
+  const int n_exact = pos + 1 - lo;  // 0 when local == 0
+  // Row of exact token p (lo <= p <= pos).
+  auto k_row = [&](int p) -> const float* {
+    if (a.local < 0) return a.k_cache + size_t(p) * kv_stride + kv_off;
+    if (p < a.first_pos) return a.k_cache + size_t(p % a.ring_rows) * kv_stride + kv_off;
+    return a.k_chunk + size_t(p - a.first_pos) * kv_stride + kv_off;
+  };
+  auto v_row = [&](int p) -> const float* {
+    if (a.local < 0) return a.v_cache + size_t(p) * kv_stride + kv_off;
+    if (p < a.first_pos) return a.v_cache + size_t(p % a.ring_rows) * kv_stride + kv_off;
+    return a.v_chunk + size_t(p - a.first_pos) * kv_stride + kv_off;
+  };
+  const int n_keys = n_ent + n_exact;
   for (int i = 0; i < hd; ++i) out[i] = 0.0f;
-  for (int p = 0; p < n_keys; ++p) j.k->axpy(scores[p], a.v_cache + size_t(p) * kv_stride + size_t(kvh) * hd, out, hd);
+  if (n_keys == 0) return;
+  for (int e = 0; e < n_ent; ++e)
+    scores[e] = j.k->dot(q, a.k_entries + size_t(e) * kv_stride + kv_off, hd) * a.scale;
+  for (int p = lo; p <= pos; ++p) scores[n_ent + (p - lo)] = j.k->dot(q, k_row(p), hd) * a.scale;
+  if (a.sink) {
+    // Softmax with one extra logit in the denominator.
+    float mx = a.sink[h];
+    for (int i = 0; i < n_keys; ++i) mx = scores[i] > mx ? scores[i] : mx;
+    float sum = std::exp(a.sink[h] - mx);
+    for (int i = 0; i < n_keys; ++i) {
+      scores[i] = std::exp(scores[i] - mx);
+      sum = sum + scores[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < n_keys; ++i) scores[i] = scores[i] * inv;
+  } else {
+    cpu::softmax(scores, n_keys);
+  }
+  for (int e = 0; e < n_ent; ++e) j.k->axpy(scores[e], a.v_entries + size_t(e) * kv_stride + kv_off, out, hd);
+  for (int p = lo; p <= pos; ++p) j.k->axpy(scores[n_ent + (p - lo)], v_row(p), out, hd);
+}
+
+struct CompressJob {
+  const CompressArgs* a;
+};
+
+// One (branch, KV head): the chunk's tokens in order through the open windows.
+void compress_task(void* ctx, int task, int /*thread*/) {
+  const CompressArgs& a = *static_cast<CompressJob*>(ctx)->a;
+  const int br = task / a.n_kv_heads, h = task % a.n_kv_heads;
+  const CompressArgs::Branch& b = a.b[br];
+  const int W = a.window, S = a.stride, hd = a.head_dim, dg = a.d_g;
+  const int n_acc = (W + S - 1) / S;
+  const size_t G = size_t(a.n_kv_heads) * dg, kvd = size_t(a.n_kv_heads) * hd;
+  const size_t acc_row = size_t(2 * dg + hd);
+  for (int t = 0; t < a.n_tokens; ++t) {
+    const int p = a.first_pos + t;
+    // Windows j with (j+1)S - W <= p <= (j+1)S - 1.
+    const int j_first = p / S, j_end = (p + W) / S;
+    for (int jw = j_first; jw < j_end; ++jw) {
+      const int slot = p - ((jw + 1) * S - W);
+      float* acc = b.acc + (size_t(jw % n_acc) * a.n_kv_heads + h) * acc_row;
+      float* mx = acc;
+      float* den = acc + dg;
+      float* sum = acc + 2 * dg;
+      const float* x = b.payload + size_t(t) * b.payload_stride + (b.payload_per_offset ? size_t(slot) * kvd : 0) +
+                       size_t(h) * hd;
+      const float* g = b.gate ? b.gate + size_t(t) * b.gate_stride + (b.gate_per_offset ? size_t(slot) * G : 0) +
+                                    size_t(h) * dg
+                              : nullptr;
+      const float* bias = b.bias ? b.bias + size_t(slot) * G + size_t(h) * dg : nullptr;
+      for (int c = 0; c < dg; ++c) {
+        const float s = (g ? g[c] : 0.0f) + (bias ? bias[c] : 0.0f);
+        const float m_new = s > mx[c] ? s : mx[c];
+        const float keep = std::exp(mx[c] - m_new);  // 0 on the first slot (max = -inf)
+        const float e = std::exp(s - m_new);
+        den[c] = den[c] * keep + e;
+        mx[c] = m_new;
+        if (dg == 1) {
+          for (int i = 0; i < hd; ++i) sum[i] = sum[i] * keep + e * x[i];
+        } else {
+          sum[c] = sum[c] * keep + e * x[c];
+        }
+      }
+    }
+    if ((p + 1) % S != 0) continue;
+    // Emit entry j = (p+1)/S - 1 and reset its accumulator for window j + n_acc.
+    const int j = (p + 1) / S - 1;
+    float* acc = b.acc + (size_t(j % n_acc) * a.n_kv_heads + h) * acc_row;
+    float* out = b.entries + size_t(j) * kvd + size_t(h) * hd;
+    for (int i = 0; i < hd; ++i) out[i] = acc[2 * dg + i] / acc[dg + (dg == 1 ? 0 : i)];
+    for (int c = 0; c < dg; ++c) {
+      acc[c] = -INFINITY;
+      acc[dg + c] = 0.0f;
+    }
+    for (int i = 0; i < hd; ++i) acc[2 * dg + i] = 0.0f;
+    if (br == 0 && a.rotate_entry) {
+      if (a.entry_norm) cpu::rmsnorm(out, a.entry_norm, a.norm_eps, out, hd);
+      float cos_t[512], sin_t[512];
+      const float epos = float(j * S) * a.pos_scale;
+      for (int i = 0; i < a.rope_dim / 2; ++i) {
+        const float angle = epos * a.inv_freq[i];
+        cos_t[i] = std::cos(angle);
+        sin_t[i] = std::sin(angle);
+      }
+      cpu::rope_apply(out, cos_t, sin_t, a.rope_dim, a.interleaved);
+    }
+  }
 }
 
 }  // namespace
@@ -131,6 +235,23 @@ void attention_task(void* ctx, int task, int thread) {
 void CpuBackend::attention(const AttentionArgs& a) {
   AttentionJob j{&k_, &a, scratch_, scratch_stride_};
   pool_.run(a.n_tokens * a.n_heads, attention_task, &j);
+}
+
+void CpuBackend::compress(const CompressArgs& a) {
+  CompressJob j{&a};
+  pool_.run(2 * a.n_kv_heads, compress_task, &j);
+}
+
+void CpuBackend::compress_reset(float* acc, int n_windows, int n_kv_heads, int d_g, int head_dim) {
+  const size_t row = size_t(2 * d_g + head_dim);
+  for (size_t r = 0; r < size_t(n_windows) * size_t(n_kv_heads); ++r) {
+    float* p = acc + r * row;
+    for (int c = 0; c < d_g; ++c) {
+      p[c] = -INFINITY;
+      p[d_g + c] = 0.0f;
+    }
+    for (int i = 0; i < head_dim; ++i) p[2 * d_g + i] = 0.0f;
+  }
 }
 
 void CpuBackend::silu_mul(const float* g, const float* u, float* out, size_t n) { cpu::silu_mul(g, u, out, int(n)); }

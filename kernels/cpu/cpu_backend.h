@@ -28,6 +28,10 @@ class CpuBackend final : public Backend {
   void rope(float* x, int n, int n_heads, int head_dim, int first_pos, const float* inv_freq, int rope_dim,
             bool interleaved, float pos_scale) override;
   void attention(const AttentionArgs& a) override;
+  void compress(const CompressArgs& a) override;
+  void compress_reset(float* acc, int n_windows, int n_kv_heads, int d_g, int head_dim) override;
+  // Scratch for a context's shapes with `n_threads` workers (what workspace_bytes reports).
+  static size_t workspace_bytes_for(const WorkspaceQuery& q, int n_threads);
   void silu_mul(const float* g, const float* u, float* out, size_t n) override;
   void add(float* x, const float* y, size_t n) override;
 

@@ -79,7 +79,9 @@ inline TinyModel make_tiny_model(uint32_t seed = 1) {
   comp.entry_rope = EntryRope::RotateEntry;
   comp.entry_norm = true;
   comp.sink = true;
-  comp.kv_tied = true;
+  comp.gate = GateKind::Vector;
+  comp.gate_maps = MapSharing::PerOffset;
+  comp.payload = PayloadSource::CompressorMap;
   m.spec.layers = {full, sliding, comp};
 
   const DType dts[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
@@ -91,6 +93,15 @@ inline TinyModel make_tiny_model(uint32_t seed = 1) {
     t.dtype = e.shape.size() == 1 ? DType::F32 : dts[k++ % 6];
     m.spec.tensors.push_back(t);
   }
+  // The compressor tensors layer 2 reads (gates, payload maps, entry norm, sink).
+  for (uint32_t l = 0; l < 3; ++l)
+    for (const CompressorTensor& e : compressor_tensors(c, m.spec.layers[l], l)) {
+      TensorInfo t;
+      t.name = e.name;
+      t.shape = e.shape;
+      t.dtype = e.f32_only ? DType::F32 : DType::F16;
+      m.spec.tensors.push_back(t);
+    }
   TensorInfo extra;
   extra.name = "extra.rope_freqs";
   extra.dtype = DType::F32;
