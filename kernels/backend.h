@@ -37,6 +37,7 @@ struct WorkspaceQuery {
   int max_tokens = 1;   // largest chunk
   int max_k = 1;        // largest inner dimension of a matmul
   int n_ctx = 1;        // most keys one query can see
+  int attention_group = 1;  // query heads per KV head (scored together)
   int n_threads = 1;
 };
 

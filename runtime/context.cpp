@@ -30,7 +30,7 @@ const char* Context::kernels_name() const { return backend_->isa(); }
 Status Context::create(const Model& model, const ContextParams& params, std::unique_ptr<Context>* out) {
   const ModelConfig& c = model.config();
   if (params.n_ctx == 0) return make_error(StatusCode::kInvalidArgument, "n_ctx = 0 (must be >= 1)");
-  if (params.n_ctx > c.max_positions)
+  if (params.n_ctx > c.max_positions && !params.beyond_trained)
     return make_error(StatusCode::kInvalidArgument, "n_ctx = %u exceeds the model's max_positions = %u",
                       params.n_ctx, c.max_positions);
   if (params.n_batch == 0) return make_error(StatusCode::kInvalidArgument, "n_batch = 0 (must be >= 1)");
@@ -49,6 +49,7 @@ Status Context::create(const Model& model, const ContextParams& params, std::uni
   pp.n_ctx = params.n_ctx;
   pp.n_batch = ctx->params_.n_batch;
   pp.n_threads = params.n_threads;
+  pp.beyond_trained = params.beyond_trained;
   PKV_RETURN_IF_ERROR(plan_memory(model.spec(), model.weight_bytes(), pp, &ctx->plan_));
   if (params.memory_budget && ctx->plan_.arena_bytes > params.memory_budget)
     return make_error(StatusCode::kBudgetExceeded, "the context needs %llu bytes, over its memory budget of %llu\n%s",
@@ -122,6 +123,7 @@ Status Context::plan_and_allocate() {
   wq.max_tokens = int(p.n_batch);
   wq.max_k = int(std::max<uint64_t>({c.d_model, uint64_t(c.n_heads) * c.head_dim, uint64_t(c.ffn_dim)}));
   wq.n_ctx = int(std::max<uint64_t>(p.max_keys, 1));
+  wq.attention_group = int(c.n_heads / c.n_kv_heads);
   wq.n_threads = params_.n_threads;
   return backend_->bind_workspace(workspace, size_t(p.workspace_bytes), wq);
 }

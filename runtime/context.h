@@ -20,6 +20,7 @@ struct ContextParams {
   const char* kernels = nullptr;  // CPU instruction set ("avx2", "neon", "portable"); nullptr = best
   uint64_t memory_budget = 0;     // bytes the context may allocate (its arena); 0 = no limit
   bool prefault = true;           // touch every arena page at creation (no page faults while decoding)
+  bool beyond_trained = false;    // allow n_ctx above the model's max_positions (quality is the caller's risk)
 };
 
 ContextParams default_context_params();

@@ -22,9 +22,13 @@ std::string mib(uint64_t b) {
 Status plan_memory(const ModelSpec& spec, uint64_t weights_bytes, const PlanParams& pp, MemoryPlan* out) {
   const ModelConfig& c = spec.config;
   if (pp.n_ctx == 0) return make_error(StatusCode::kInvalidArgument, "n_ctx = 0 (must be >= 1)");
-  if (pp.n_ctx > c.max_positions)
-    return make_error(StatusCode::kInvalidArgument, "n_ctx = %u exceeds the model's max_positions = %u", pp.n_ctx,
-                      c.max_positions);
+  if (pp.n_ctx > c.max_positions && !pp.beyond_trained)
+    return make_error(StatusCode::kInvalidArgument,
+                      "n_ctx = %u exceeds the model's max_positions = %u (allow it explicitly to go beyond the "
+                      "trained length)",
+                      pp.n_ctx, c.max_positions);
+  if (pp.n_ctx > (1u << 24))
+    return make_error(StatusCode::kInvalidArgument, "n_ctx = %u exceeds 2^24", pp.n_ctx);
   if (pp.n_batch == 0) return make_error(StatusCode::kInvalidArgument, "n_batch = 0 (must be >= 1)");
   if (pp.n_threads < 1) return make_error(StatusCode::kInvalidArgument, "n_threads = %d (must be >= 1)", pp.n_threads);
   MemoryPlan p;
@@ -125,6 +129,7 @@ Status plan_memory(const ModelSpec& spec, uint64_t weights_bytes, const PlanPara
   wq.max_tokens = int(B);
   wq.max_k = int(std::max<uint64_t>({d, qd, ffn}));
   wq.n_ctx = int(std::max<uint64_t>(p.max_keys, 1));
+  wq.attention_group = int(c.n_heads / c.n_kv_heads);
   wq.n_threads = p.n_threads;
   p.workspace_bytes = CpuBackend::workspace_bytes_for(wq, p.n_threads);
   add("backend workspace", PlanBuffer::kWorkspace, -1, p.workspace_bytes);

@@ -40,6 +40,7 @@ struct PlanParams {
   uint32_t n_ctx = 2048;
   uint32_t n_batch = 256;  // capped at n_ctx
   int n_threads = 1;
+  bool beyond_trained = false;  // allow n_ctx above the model's max_positions (up to 2^24)
 };
 
 struct MemoryPlan {

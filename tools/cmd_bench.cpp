@@ -1,5 +1,6 @@
-// phasekv bench -m MODEL [-p 512] [-n 128] [-t T] [-r 5] [--json]
+// phasekv bench -m MODEL [-p 512] [-n 128] [-d DEPTH] [-c CTX] [-t T] [-r 5] [--json]
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -28,8 +29,19 @@ struct BenchArgs {
   int threads = -1;
   int reps = 5;
   uint32_t batch = 512;
+  uint32_t ctx = 0;
+  int depth = 0;
+  bool beyond = false;
   bool json = false;
 };
+
+// Resident set size now (bytes), from /proc/self/statm.
+uint64_t current_rss() {
+  std::ifstream f("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * uint64_t(sysconf(_SC_PAGESIZE));
+}
 
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
@@ -89,17 +101,26 @@ int run_bench(const BenchArgs& a) {
   if (!s.ok()) return report("bench", s);
   ContextParams cp = default_context_params();
   if (a.threads != -1) cp.n_threads = a.threads;
-  cp.n_ctx = uint32_t(std::max(a.n_prompt, a.n_gen));
+  cp.n_ctx = a.ctx ? a.ctx : uint32_t(std::max({a.n_prompt, a.depth + a.n_gen, 1}));
+  if (uint64_t(a.depth) + uint64_t(a.n_gen) > cp.n_ctx || uint32_t(a.n_prompt) > cp.n_ctx)
+    return report("bench", make_error(StatusCode::kInvalidArgument,
+                                      "--ctx %u is too small for -p %d or --depth %d + -n %d", cp.n_ctx, a.n_prompt,
+                                      a.depth, a.n_gen));
   cp.n_batch = std::min<uint32_t>(a.batch, cp.n_ctx);
+  cp.beyond_trained = a.beyond;
   std::unique_ptr<Context> ctx;
+  const uint64_t rss_before = current_rss();
   s = Context::create(*model, cp, &ctx);
   if (!s.ok()) return report("bench", s);
+  // Every arena page is touched at creation, so the RSS growth is the context's real footprint.
+  const uint64_t rss_context = current_rss() - rss_before;
+  const MemoryPlan& plan = ctx->plan();
 
   // Random non-special tokens (tokenization and sampling are not part of the timings).
   std::mt19937 rng(1234);
   const Tokenizer& tok = model->tokenizer();
   std::vector<int32_t> prompt;
-  while (prompt.size() < size_t(std::max(a.n_prompt, a.n_gen))) {
+  while (prompt.size() < size_t(std::max({a.n_prompt, a.n_gen, 1}))) {
     const int32_t t = int32_t(rng() % model->config().vocab_size);
     if (!tok.is_special(t)) prompt.push_back(t);
   }
@@ -111,11 +132,24 @@ int run_bench(const BenchArgs& a) {
     PKV_ASSERT(st.ok());
     return std::chrono::duration<double>(clock::now() - t0).count();
   };
+  // Decode at depth: prefill `depth` tokens once, snapshot, and restore before every run.
+  std::vector<uint8_t> depth_state;
+  if (a.depth > 0 && a.n_gen > 0) {
+    std::vector<int32_t> fill;
+    while (fill.size() < size_t(a.depth)) fill.push_back(prompt[fill.size() % prompt.size()]);
+    if (!a.json) std::fprintf(stderr, "filling the context to depth %d...\n", a.depth);
+    Status st = ctx->prefill(fill.data(), fill.size());
+    if (!st.ok()) return report("bench", st);
+    depth_state.resize(ctx->snapshot_bytes());
+    st = ctx->snapshot(depth_state.data(), depth_state.size());
+    if (!st.ok()) return report("bench", st);
+  }
   auto time_decode = [&]() {
-    ctx->reset();
+    if (depth_state.empty()) ctx->reset();
+    else PKV_ASSERT(ctx->restore(depth_state.data(), depth_state.size()).ok());
     const auto t0 = clock::now();
     for (int i = 0; i < a.n_gen; ++i) {
-      Status st = ctx->decode(prompt[size_t(i)]);
+      Status st = ctx->decode(prompt[size_t(i) % prompt.size()]);
       PKV_ASSERT(st.ok());
     }
     return std::chrono::duration<double>(clock::now() - t0).count();
@@ -154,6 +188,14 @@ int run_bench(const BenchArgs& a) {
                         {"kernels", ctx->kernels_name()},
                         {"n_prompt", a.n_prompt},
                         {"n_gen", a.n_gen},
+                        {"depth", a.depth},
+                        {"n_ctx", cp.n_ctx},
+                        {"memory", {{"kv_bytes_planned", plan.kv_bytes_total},
+                                    {"context_bytes_planned", plan.arena_bytes},
+                                    {"context_bytes_allocated", ctx->allocated_bytes()},
+                                    {"context_rss_bytes_measured", rss_context},
+                                    {"scratch_bytes_planned", plan.scratch_bytes},
+                                    {"workspace_bytes_planned", plan.workspace_bytes}}},
                         {"reps", a.reps},
                         {"prefill_tok_s", {{"mean", sp.mean}, {"sd", sp.sd}, {"runs", pp}}},
                         {"decode_tok_s", {{"mean", sg.mean}, {"sd", sg.sd}, {"runs", tg}}},
@@ -166,9 +208,16 @@ int run_bench(const BenchArgs& a) {
   }
   std::printf("model      %s (%.1f MiB of weights)\n", a.model.c_str(), double(model->weight_bytes()) / 1048576.0);
   std::printf("cpu        %s, %d threads, %s kernels\n", cpu_model().c_str(), cp.n_threads, ctx->kernels_name());
-  std::printf("| test   | tokens/s            | runs |\n|--------|---------------------|------|\n");
-  if (!pp.empty()) std::printf("| pp%-4d | %8.1f +- %-8.1f | %4d |\n", a.n_prompt, sp.mean, sp.sd, a.reps);
-  if (!tg.empty()) std::printf("| tg%-4d | %8.1f +- %-8.1f | %4d |\n", a.n_gen, sg.mean, sg.sd, a.reps);
+  std::printf("context    n_ctx %u: KV planned %llu B (%.1f MiB); context arena planned %llu B, measured RSS growth "
+              "at creation %llu B (%.1f MiB)\n",
+              cp.n_ctx, (unsigned long long)plan.kv_bytes_total, double(plan.kv_bytes_total) / 1048576.0,
+              (unsigned long long)plan.arena_bytes, (unsigned long long)rss_context, double(rss_context) / 1048576.0);
+  if (!pp.empty() || !tg.empty())
+    std::printf("| test          | tokens/s            | runs |\n|---------------|---------------------|------|\n");
+  if (!pp.empty()) std::printf("| pp%-11d | %8.1f +- %-8.1f | %4d |\n", a.n_prompt, sp.mean, sp.sd, a.reps);
+  if (!tg.empty() && a.depth == 0) std::printf("| tg%-11d | %8.1f +- %-8.1f | %4d |\n", a.n_gen, sg.mean, sg.sd, a.reps);
+  if (!tg.empty() && a.depth > 0)
+    std::printf("| tg%d @ d%-5d | %8.1f +- %-8.1f | %4d |\n", a.n_gen, a.depth, sg.mean, sg.sd, a.reps);
   std::printf("peak RSS   %.1f MiB\n", double(peak_rss) / 1048576.0);
   std::printf("roofline   decode reads %.1f MiB/token; measured read bandwidth %.1f GB/s -> %.1f tok/s\n",
               double(per_token) / 1048576.0, gbs, roofline);
@@ -187,10 +236,16 @@ void register_bench(CLI::App& app, int* exit_code) {
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all hardware threads)");
   cmd->add_option("-r,--reps", a->reps, "Repetitions (after one warm-up)")->default_val(5)->check(CLI::Range(1, 1000));
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->default_val(512)->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("-d,--depth", a->depth, "Tokens already in the context when the decode test starts")
+      ->default_val(0)
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("-c,--ctx", a->ctx, "Context length (default: what the tests need); -p 0 -n 0 only plans it");
+  cmd->add_flag("--beyond-trained", a->beyond, "Allow --ctx above the model's trained context (max_positions)");
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a, exit_code] {
-    if (a->n_prompt == 0 && a->n_gen == 0) {
-      *exit_code = report("bench", make_error(StatusCode::kInvalidArgument, "-p and -n are both 0: nothing to time"));
+    if (a->n_prompt == 0 && a->n_gen == 0 && a->ctx == 0) {
+      *exit_code = report("bench", make_error(StatusCode::kInvalidArgument,
+                                              "-p and -n are both 0 and no --ctx: nothing to time or measure"));
       return;
     }
     *exit_code = run_bench(*a);

@@ -1,4 +1,4 @@
-// phasekv convert --from gguf IN.gguf OUT.pkv [--kv SPEC]...
+// phasekv convert --from gguf IN.gguf OUT.pkv [--kv SPEC]... [--gates FILE.safetensors]
 #include <sys/stat.h>
 
 #include <chrono>
@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "gguf_import.h"
 #include "model_file.h"
+#include "safetensors.h"
 
 namespace phasekv {
 namespace tools {
@@ -21,6 +22,7 @@ struct ConvertArgs {
   std::string in;
   std::string out;
   std::vector<std::string> kv;
+  std::string gates;
   bool force = false;
 };
 
@@ -39,6 +41,10 @@ int run_convert(const ConvertArgs& a) {
   }
   ImportOptions opts;
   opts.kv_specs = a.kv;
+  if (!a.gates.empty()) {
+    Status gs = read_safetensors(a.gates, &opts.extra_tensors);
+    if (!gs.ok()) return report("convert", gs.with_context("--gates"));
+  }
   ModelSpec spec;
   const auto t0 = std::chrono::steady_clock::now();
   Status s = convert_gguf_to_pkv(a.in, a.out, opts, &spec);
@@ -73,9 +79,16 @@ void register_convert(CLI::App& app, int* exit_code) {
   cmd->add_option("OUT", args->out, "PhaseKV model file to write")->required();
   cmd->add_option("--kv", args->kv,
                   "Attention memory per layer, repeatable, later wins: [LAYERS:]KIND[:PARAMS], e.g. full, "
-                  "sliding:L=512, 0-1:full, 2-29:compressed:W=8,S=4,L=64,gate=uniform (default: full)")
+                  "sliding:L=512, 0-1:full, 2-29:compressed:W=8,S=4,L=64,gate=uniform; planted gates "
+                  "(last parameter): gate=planted:K=2,V=5[,strength=10] or gate=planted:weak=5[,6...]; see the "
+                  "README for every parameter (default: full)")
       ->allow_extra_args(false)
       ->take_all();
+  cmd->add_option("--gates", args->gates,
+                  "safetensors file with trained compressor tensors (gates, payload maps, entry norms, sinks) "
+                  "for the layers --kv declares gate=scalar|vector, payload=map, entry_norm=1 or sink=1; names "
+                  "and shapes in the README")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--force", args->force, "Replace OUT if it exists");
   cmd->callback([args, exit_code] { *exit_code = run_convert(*args); });
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "context.h"
 #include "memory_plan.h"
 #include "model_file.h"
 
@@ -21,6 +22,9 @@ using nlohmann::json;
 struct InspectArgs {
   std::string model;
   uint32_t ctx = 0;
+  uint32_t batch = 256;
+  int threads = 0;
+  bool beyond = false;
   bool json = false;
   bool tensors = false;
 };
@@ -79,7 +83,12 @@ int run_inspect(const InspectArgs& a) {
   const ModelConfig& c = spec.config;
   const uint32_t n_ctx = a.ctx ? a.ctx : c.max_positions;
   MemoryPlan plan;
-  s = plan_memory(spec, mf->header().blob_size, n_ctx, &plan);
+  PlanParams pp;
+  pp.n_ctx = n_ctx;
+  pp.n_batch = a.batch;
+  pp.beyond_trained = a.beyond;
+  pp.n_threads = a.threads > 0 ? a.threads : default_context_params().n_threads;
+  s = plan_memory(spec, mf->header().blob_size, pp, &plan);
   if (!s.ok()) return report("inspect", s.with_context("--ctx"));
 
   struct DTypeTotal { uint64_t count = 0, bytes = 0; };
@@ -127,10 +136,14 @@ int run_inspect(const InspectArgs& a) {
     json layers = json::array();
     for (uint32_t i = 0; i < spec.layers.size(); ++i) layers.push_back(layer_json(i, spec.layers[i], plan.layers[i]));
     j["layers"] = layers;
-    j["plan"] = {{"n_ctx", plan.n_ctx}, {"kv_elem_bytes", plan.kv_elem_bytes}, {"kv_dtype", "f32"},
+    json buffers = json::array();
+    for (const PlanBuffer& b : plan.buffers) buffers.push_back({{"name", b.name}, {"bytes", b.bytes}});
+    j["plan"] = {{"n_ctx", plan.n_ctx}, {"n_batch", plan.n_batch}, {"n_threads", plan.n_threads},
+                 {"kv_elem_bytes", plan.kv_elem_bytes}, {"kv_dtype", "f32"},
                  {"weights_bytes", plan.weights_bytes}, {"weights_source", "mmap"},
-                 {"kv_bytes_total", plan.kv_bytes_total},
-                 {"total_bytes", plan.weights_bytes + plan.kv_bytes_total}};
+                 {"kv_bytes_total", plan.kv_bytes_total}, {"scratch_bytes", plan.scratch_bytes},
+                 {"workspace_bytes", plan.workspace_bytes}, {"context_bytes", plan.arena_bytes},
+                 {"total_bytes", plan.weights_bytes + plan.arena_bytes}, {"buffers", buffers}};
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
@@ -175,12 +188,10 @@ int run_inspect(const InspectArgs& a) {
                 spec.layers[i].describe().c_str(), p.exact_entries, p.compressed_entries, p.kv_bytes);
     i = j + 1;
   }
-  std::printf("\nmemory plan (n_ctx = %u)\n", n_ctx);
-  std::printf("  weights_bytes   %14" PRIu64 "  (%s, mapped from the file)\n", plan.weights_bytes,
-              mib(plan.weights_bytes).c_str());
-  std::printf("  kv_bytes_total  %14" PRIu64 "  (%s)\n", plan.kv_bytes_total, mib(plan.kv_bytes_total).c_str());
-  std::printf("  total           %14" PRIu64 "  (%s; activation scratch not included yet)\n",
-              plan.weights_bytes + plan.kv_bytes_total, mib(plan.weights_bytes + plan.kv_bytes_total).c_str());
+  std::printf("\n%s", plan.itemised().c_str());
+  std::printf("  kv_bytes_total              %14" PRIu64 " B\n", plan.kv_bytes_total);
+  std::printf("  total (context + weights)   %14" PRIu64 " B  %10.2f MiB\n", plan.arena_bytes + plan.weights_bytes,
+              double(plan.arena_bytes + plan.weights_bytes) / (1 << 20));
   return kExitOk;
 }
 
@@ -192,6 +203,11 @@ void register_inspect(CLI::App& app, int* exit_code) {
   cmd->add_option("MODEL", args->model, "PhaseKV model file (.pkv)")->required();
   cmd->add_option("--ctx", args->ctx, "Context length to plan memory for (default: the model's max_positions)")
       ->check(CLI::Range(1u, 1u << 24));
+  cmd->add_option("-b,--batch", args->batch, "Prefill chunk the plan sizes activations for")
+      ->default_val(256)
+      ->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("-t,--threads", args->threads, "CPU threads the plan sizes the backend scratch for (default: all)");
+  cmd->add_flag("--beyond-trained", args->beyond, "Allow --ctx above the model's trained context (max_positions)");
   cmd->add_flag("--json", args->json, "Print JSON instead of tables");
   cmd->add_flag("--tensors", args->tensors, "List every tensor");
   cmd->callback([args, exit_code] { *exit_code = run_inspect(*args); });

@@ -24,6 +24,8 @@ struct RunArgs {
   bool chat = false;
   std::string system;
   uint32_t ctx = 0;
+  uint64_t budget = 0;
+  bool beyond = false;
   uint32_t batch = 256;
   int threads = -1;  // -1: all hardware threads
   SamplerParams sp;
@@ -62,6 +64,8 @@ int run_run(RunArgs a) {
   ContextParams cp = default_context_params();
   cp.n_ctx = a.ctx ? a.ctx : std::min<uint32_t>(model->config().max_positions, 4096);
   cp.n_batch = std::min(a.batch, cp.n_ctx);
+  cp.memory_budget = a.budget;
+  cp.beyond_trained = a.beyond;
   if (a.threads != -1) cp.n_threads = a.threads;  // 0 or out of range: Context::create says why
   std::unique_ptr<Context> ctx;
   s = Context::create(*model, cp, &ctx);
@@ -138,6 +142,11 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_flag("--chat", a->chat, "Wrap the prompt as a user message in the model's chat template");
   cmd->add_option("--system", a->system, "System message for --chat (default: the template's own)");
   cmd->add_option("-c,--ctx", a->ctx, "Context length (default: min(model max, 4096))");
+  cmd->add_option("--budget", a->budget,
+                  "Memory budget of the context (e.g. 64MiB, 1GB; default: none): over it, the run stops at "
+                  "creation with the itemised plan")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_flag("--beyond-trained", a->beyond, "Allow --ctx above the model's trained context (max_positions)");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->default_val(256)->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all hardware threads)");
   cmd->add_option("--temp", a->sp.temperature, "Temperature (0 = greedy)")->default_val(0.8f);

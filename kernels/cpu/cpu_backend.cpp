@@ -14,7 +14,8 @@ bool CpuBackend::supports(BackendOp op, DType t) const {
 }
 
 size_t CpuBackend::workspace_bytes_for(const WorkspaceQuery& q, int n_threads) {
-  const size_t per_thread = std::max<size_t>(size_t(4) * size_t(q.max_k), size_t(q.n_ctx));
+  const size_t per_thread =
+      std::max<size_t>(size_t(4) * size_t(q.max_k), size_t(q.n_ctx) * size_t(std::max(q.attention_group, 1)));
   return size_t(n_threads) * ((per_thread + 15) & ~size_t(15)) * sizeof(float);
 }
 
@@ -25,7 +26,10 @@ Status CpuBackend::bind_workspace(void* base, size_t bytes, const WorkspaceQuery
     return make_error(StatusCode::kInternal, "cpu backend: workspace of %zu bytes, %zu needed", bytes,
                       workspace_bytes(q));
   scratch_ = static_cast<float*>(base);
-  scratch_stride_ = (std::max<size_t>(size_t(4) * size_t(q.max_k), size_t(q.n_ctx)) + 15) & ~size_t(15);
+  scratch_stride_ = (std::max<size_t>(size_t(4) * size_t(q.max_k),
+                                      size_t(q.n_ctx) * size_t(std::max(q.attention_group, 1))) +
+                     15) &
+                    ~size_t(15);
   return Status::Ok();
 }
 
@@ -108,58 +112,74 @@ struct AttentionJob {
   size_t scratch_stride;
 };
 
-// One (token, head) pair: scores over the visible keys in a fixed order (entries, then exact
-// tokens oldest first), softmax, weighted sum of values in the same order. The sequence is
-// the same whatever chunk the token arrives in.
+// One (token, KV head): the query heads sharing that KV head (GQA group) are scored together,
+// so each K and V row is read once per group. Per query head the arithmetic is exactly that of
+// a head on its own: scores over the visible keys in a fixed order (entries, then exact tokens
+// oldest first), softmax, weighted sum of values in the same order. The sequence is the same
+// whatever chunk the token arrives in.
 void attention_task(void* ctx, int task, int thread) {
   AttentionJob& j = *static_cast<AttentionJob*>(ctx);
   const AttentionArgs& a = *j.a;
-  const int t = task / a.n_heads, h = task % a.n_heads;
-  const int kvh = h / (a.n_heads / a.n_kv_heads);
+  const int t = task / a.n_kv_heads, kvh = task % a.n_kv_heads;
+  const int group = a.n_heads / a.n_kv_heads;
   const int hd = a.head_dim;
   const size_t q_stride = size_t(a.n_heads) * hd, kv_stride = size_t(a.n_kv_heads) * hd;
   const size_t kv_off = size_t(kvh) * hd;
   const int pos = a.first_pos + t;
-  const float* q = a.q + size_t(t) * q_stride + size_t(h) * hd;
-  float* scores = j.scratch + size_t(thread) * j.scratch_stride;
-  float* out = a.out + size_t(t) * q_stride + size_t(h) * hd;
 
   const int n_ent = a.stride > 0 ? (pos + 1) / a.stride : 0;
   const int lo = a.local < 0 ? 0 : std::max(0, pos - a.local + 1);
   const int n_exact = pos + 1 - lo;  // 0 when local == 0
-  // Row of exact token p (lo <= p <= pos).
-  auto k_row = [&](int p) -> const float* {
-    if (a.local < 0) return a.k_cache + size_t(p) * kv_stride + kv_off;
-    if (p < a.first_pos) return a.k_cache + size_t(p % a.ring_rows) * kv_stride + kv_off;
-    return a.k_chunk + size_t(p - a.first_pos) * kv_stride + kv_off;
-  };
-  auto v_row = [&](int p) -> const float* {
-    if (a.local < 0) return a.v_cache + size_t(p) * kv_stride + kv_off;
-    if (p < a.first_pos) return a.v_cache + size_t(p % a.ring_rows) * kv_stride + kv_off;
-    return a.v_chunk + size_t(p - a.first_pos) * kv_stride + kv_off;
-  };
   const int n_keys = n_ent + n_exact;
-  for (int i = 0; i < hd; ++i) out[i] = 0.0f;
+  // Row of exact token p (lo <= p <= pos).
+  auto row = [&](const float* cache, const float* chunk, int p) -> const float* {
+    if (a.local < 0) return cache + size_t(p) * kv_stride + kv_off;
+    if (p < a.first_pos) return cache + size_t(p % a.ring_rows) * kv_stride + kv_off;
+    return chunk + size_t(p - a.first_pos) * kv_stride + kv_off;
+  };
+  // scores[g * n_keys + i] for query head h0 + g.
+  float* scores = j.scratch + size_t(thread) * j.scratch_stride;
+  const int h0 = kvh * group;
+  const float* q = a.q + size_t(t) * q_stride + size_t(h0) * hd;
+  float* out = a.out + size_t(t) * q_stride + size_t(h0) * hd;
+  for (int i = 0; i < group * hd; ++i) out[i] = 0.0f;
   if (n_keys == 0) return;
-  for (int e = 0; e < n_ent; ++e)
-    scores[e] = j.k->dot(q, a.k_entries + size_t(e) * kv_stride + kv_off, hd) * a.scale;
-  for (int p = lo; p <= pos; ++p) scores[n_ent + (p - lo)] = j.k->dot(q, k_row(p), hd) * a.scale;
-  if (a.sink) {
-    // Softmax with one extra logit in the denominator.
-    float mx = a.sink[h];
-    for (int i = 0; i < n_keys; ++i) mx = scores[i] > mx ? scores[i] : mx;
-    float sum = std::exp(a.sink[h] - mx);
-    for (int i = 0; i < n_keys; ++i) {
-      scores[i] = std::exp(scores[i] - mx);
-      sum = sum + scores[i];
-    }
-    const float inv = 1.0f / sum;
-    for (int i = 0; i < n_keys; ++i) scores[i] = scores[i] * inv;
-  } else {
-    cpu::softmax(scores, n_keys);
+  for (int e = 0; e < n_ent; ++e) {
+    const float* k = a.k_entries + size_t(e) * kv_stride + kv_off;
+    for (int g = 0; g < group; ++g) scores[size_t(g) * n_keys + e] = j.k->dot(q + size_t(g) * hd, k, hd) * a.scale;
   }
-  for (int e = 0; e < n_ent; ++e) j.k->axpy(scores[e], a.v_entries + size_t(e) * kv_stride + kv_off, out, hd);
-  for (int p = lo; p <= pos; ++p) j.k->axpy(scores[n_ent + (p - lo)], v_row(p), out, hd);
+  for (int p = lo; p <= pos; ++p) {
+    const float* k = row(a.k_cache, a.k_chunk, p);
+    for (int g = 0; g < group; ++g)
+      scores[size_t(g) * n_keys + size_t(n_ent + (p - lo))] = j.k->dot(q + size_t(g) * hd, k, hd) * a.scale;
+  }
+  for (int g = 0; g < group; ++g) {
+    float* sc = scores + size_t(g) * n_keys;
+    if (a.sink) {
+      // Softmax with one extra logit in the denominator.
+      const float sink = a.sink[h0 + g];
+      float mx = sink;
+      for (int i = 0; i < n_keys; ++i) mx = sc[i] > mx ? sc[i] : mx;
+      float sum = std::exp(sink - mx);
+      for (int i = 0; i < n_keys; ++i) {
+        sc[i] = std::exp(sc[i] - mx);
+        sum = sum + sc[i];
+      }
+      const float inv = 1.0f / sum;
+      for (int i = 0; i < n_keys; ++i) sc[i] = sc[i] * inv;
+    } else {
+      cpu::softmax(sc, n_keys);
+    }
+  }
+  for (int e = 0; e < n_ent; ++e) {
+    const float* v = a.v_entries + size_t(e) * kv_stride + kv_off;
+    for (int g = 0; g < group; ++g) j.k->axpy(scores[size_t(g) * n_keys + e], v, out + size_t(g) * hd, hd);
+  }
+  for (int p = lo; p <= pos; ++p) {
+    const float* v = row(a.v_cache, a.v_chunk, p);
+    for (int g = 0; g < group; ++g)
+      j.k->axpy(scores[size_t(g) * n_keys + size_t(n_ent + (p - lo))], v, out + size_t(g) * hd, hd);
+  }
 }
 
 struct CompressJob {
@@ -234,7 +254,7 @@ void compress_task(void* ctx, int task, int /*thread*/) {
 
 void CpuBackend::attention(const AttentionArgs& a) {
   AttentionJob j{&k_, &a, scratch_, scratch_stride_};
-  pool_.run(a.n_tokens * a.n_heads, attention_task, &j);
+  pool_.run(a.n_tokens * a.n_kv_heads, attention_task, &j);
 }
 
 void CpuBackend::compress(const CompressArgs& a) {

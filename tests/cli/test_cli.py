@@ -74,6 +74,23 @@ def run_checks(a):
         check(j["threads"] == 2 and j["peak_rss_bytes"] > j["model_bytes"] // 2, "bench threads and RSS")
     rc, _, err = run(["bench", "-m", smol, "-p", "0", "-n", "0"])
     check(rc == 2, "bench with nothing to time")
+    rc, out, err = run(["bench", "-m", smol, "-p", "0", "-n", "4", "-d", "40", "-r", "1", "-t", "2", "--json"])
+    check(rc == 0, "bench at depth: " + err)
+    if rc == 0:
+        j = json.loads(out)
+        m = j["memory"]
+        check(j["depth"] == 40 and j["n_ctx"] == 44 and j["decode_tok_s"]["mean"] > 0, "bench depth JSON: " + out)
+        # Every page is touched at creation: the RSS growth is the arena (give or take 1 MiB of
+        # allocator bookkeeping and page rounding).
+        check(m["context_bytes_allocated"] == m["context_bytes_planned"], "allocated == planned")
+        check(abs(m["context_rss_bytes_measured"] - m["context_bytes_planned"]) < (1 << 20),
+              "measured RSS growth %d vs planned %d" % (m["context_rss_bytes_measured"], m["context_bytes_planned"]))
+    rc, _, err = run(["run", "-m", smol, "-p", "x", "-c", "2048", "--budget", "1MiB"])
+    check(rc == 2 and "over its memory budget" in err and "context arena (total)" in err,
+          "run over its memory budget: " + err)
+    rc, out, err = run(["run", "-m", smol, "-p", "The capital of France is", "-n", "2", "--greedy", "-c", "64",
+                        "--budget", "64MiB"])
+    check(rc == 0, "run inside its budget: " + err)
     os.remove(smol)
 
 
@@ -144,11 +161,46 @@ def main():
     check(rc == 2, "--ctx 0 exits 2")
     rc, _, err = run(["inspect", pkv, "--ctx", "100000"])
     check(rc == 2 and "max_positions = 256" in err, "--ctx above the model limit: " + err)
+    rc, out, err = run(["inspect", pkv, "--ctx", "100000", "--beyond-trained", "--json"])
+    check(rc == 0 and json.loads(out)["plan"]["n_ctx"] == 100000, "--beyond-trained: " + err)
+    rc, out, err = run(["inspect", pkv, "--ctx", "64", "-b", "16", "-t", "2", "--json"])
+    if rc == 0:
+        p = json.loads(out)["plan"]
+        aligned = sum((b["bytes"] + 63) // 64 * 64 for b in p["buffers"])
+        check(p["context_bytes"] == aligned and p["n_batch"] == 16 and p["n_threads"] == 2,
+              "plan buffers add up to the context bytes")
+        check(p["context_bytes"] >= p["kv_bytes_total"] + p["scratch_bytes"] + p["workspace_bytes"], "plan parts")
     rc, _, err = run(["inspect", "/nonexistent.pkv"])
     check(rc == 2 and "/nonexistent.pkv" in err, "missing file: " + err)
     rc, _, err = run(["inspect", gguf])
     check(rc == 2 and "phasekv convert" in err, "GGUF given to inspect: " + err)
     os.remove(pkv)
+
+    # Planted and trained gates.
+    planted = pkv + ".planted"
+    rc, out, err = run(["convert", gguf, planted, "--force", "--kv", "1:compressed:W=8,S=8,L=16,gate=planted:weak=5"])
+    check(rc == 0 and "layers 1-1: compressed:W=8,S=8,L=16,gate=scalar" in out, "planted gate: " + out + err)
+    rc, out, err = run(["inspect", planted, "--tensors"])
+    check(rc == 0 and "blk.1.cmp_k_gate.bias" in out and "blk.1.cmp_v_gate.bias" in out, "planted biases: " + out)
+    rc, _, err = run(["convert", gguf, planted, "--force", "--kv", "1:compressed:W=8,S=8,gate=planted:weak=9"])
+    check(rc == 2 and "weak offset 9 is outside [0, W-1 = 7]" in err, "planted offset outside W: " + err)
+    if os.path.exists(planted):
+        os.remove(planted)
+    cmp_dir = os.path.join(a.data, "compressed")
+    gates = os.path.join(cmp_dir, "scalar_shared.safetensors")
+    cmp_gguf = os.path.join(cmp_dir, "tiny_cmp.gguf")
+    rc, out, err = run(["convert", cmp_gguf, planted, "--force", "--kv", "all:compressed:W=8,S=4,L=4,gate=scalar",
+                        "--gates", gates])
+    check(rc == 0 and "gate=scalar" in out, "--gates: " + out + err)
+    rc, _, err = run(["convert", cmp_gguf, planted, "--force", "--kv", "all:compressed:W=8,S=4,L=4,gate=vector",
+                      "--gates", gates])
+    check(rc == 2 and "has shape" in err, "--gates with the wrong gate kind: " + err)
+    rc, _, err = run(["convert", cmp_gguf, planted, "--force", "--gates", gates])
+    check(rc == 2 and "is not read by layer" in err, "--gates for uniform layers: " + err)
+    rc, _, err = run(["convert", cmp_gguf, planted, "--force", "--gates", "/nonexistent.safetensors"])
+    check(rc == 2 and "/nonexistent.safetensors" in err, "--gates missing file: " + err)
+    if os.path.exists(planted):
+        os.remove(planted)
 
     for cmd in (["run"], ["bench"]):
         rc, out, _ = run(cmd + ["--help"])

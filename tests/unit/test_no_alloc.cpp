@@ -96,38 +96,60 @@ int main(int argc, char** argv) {
   }
   using namespace phasekv;
   const std::string pkv = argv[2];
-  Status s = convert_gguf_to_pkv(argv[1], pkv, ImportOptions{});
-  std::unique_ptr<Model> model;
-  if (s.ok()) s = Model::load(pkv, &model);
-  if (!s.ok()) {
-    std::printf("FAIL setup: %s\n", s.to_string().c_str());
-    return 1;
-  }
   std::mt19937 rng(7);
   std::vector<int32_t> prompt(1024);
   for (int32_t& t : prompt) t = int32_t(17 + rng() % 49000);
-  int failures = 0;
-  for (int threads : {2}) {
+  int failures = 0, checks = 0;
+  // Every memory kind, and a gated, rotate-entry compressor.
+  const std::vector<std::vector<std::string>> memories = {
+      {"all:full"},
+      {"all:sliding:L=256"},
+      {"all:compressed:W=8,S=4,L=64,gate=uniform"},
+      {"0-9:full", "10-19:sliding:L=100", "20-29:compressed:W=8,S=8,L=16,rope=entry,gate=planted:K=2,V=5"},
+  };
+  for (const std::vector<std::string>& specs : memories) {
+    ImportOptions o;
+    o.kv_specs = specs;
+    std::string kv;
+    for (const std::string& x : specs) kv += (kv.empty() ? "" : " ") + x;
+    Status s = convert_gguf_to_pkv(argv[1], pkv, o);
+    std::unique_ptr<Model> model;
+    if (s.ok()) s = Model::load(pkv, &model);
+    if (!s.ok()) {
+      std::printf("FAIL setup (%s): %s\n", kv.c_str(), s.to_string().c_str());
+      return 1;
+    }
     ContextParams p = default_context_params();
     p.n_ctx = 1024 + 256;
     p.n_batch = 256;
-    p.n_threads = threads;
+    p.n_threads = 2;
     std::unique_ptr<Context> ctx;
     s = Context::create(*model, p, &ctx);
     if (!s.ok()) {
       std::printf("FAIL create: %s\n", s.to_string().c_str());
       return 1;
     }
+    std::vector<uint8_t> snap(size_t(ctx->planned_bytes()));  // more than any snapshot of this context
     g_calls = 0;
     g_armed = true;
     Status st = ctx->prefill(prompt.data(), prompt.size());
-    for (int i = 0; i < 256 && st.ok(); ++i) st = ctx->decode(prompt[size_t(i)]);
+    size_t written = 0;
+    for (int i = 0; i < 256 && st.ok(); ++i) {
+      st = ctx->decode(prompt[size_t(i)]);
+      if (st.ok() && i == 100) st = ctx->snapshot(snap.data(), snap.size(), &written);
+      if (st.ok() && i == 100) st = ctx->restore(snap.data(), written);
+    }
     g_armed = false;
     const long calls = g_calls.load();
     const bool ok = st.ok() && calls == 0 && ctx->n_past() == 1280;
-    std::printf("%s full attention, %d thread(s): 1024-token prefill + 256 decode steps: %ld allocator calls\n",
-                ok ? "ok  " : "FAIL", threads, calls);
+    std::printf("%s %s: 1024-token prefill + 256 decode steps + snapshot/restore, 2 threads: %ld allocator calls\n",
+                ok ? "ok  " : "FAIL", kv.c_str(), calls);
+    if (!st.ok()) std::printf("     %s\n", st.to_string().c_str());
     failures += ok ? 0 : 1;
+    ++checks;
+    ctx.reset();
+    model.reset();
+    std::remove(pkv.c_str());
   }
   // The counter itself works: an allocation while armed is seen.
   g_calls = 0;
@@ -139,7 +161,7 @@ int main(int argc, char** argv) {
   std::printf("%s the interposed allocator counts calls (%ld seen for one new)\n", seen ? "ok  " : "FAIL",
               g_calls.load());
   failures += seen ? 0 : 1;
-  std::remove(pkv.c_str());
-  std::printf("%d passed, %d failed\n", 2 - failures, failures);
+  ++checks;
+  std::printf("%d passed, %d failed\n", checks - failures, failures);
   return failures ? 1 : 0;
 }

@@ -1,0 +1,411 @@
+// Statistics of the phase self-test (DESIGN.md section 6, step 5): per-residue accuracy with
+// cluster-aware intervals, the mean, the worst residue, the peak-to-trough gap with its noise
+// level, leave-one-out deficit tests with Holm, two-stage flagging with a false-alarm bound,
+// a folded-periodogram period scan and the minimum detectable gap. Formulas and section
+// numbers refer to docs/research/evaluation.md (the "note").
+//
+// Data model. P residues r = 0..P-1. Each logical sample (cluster) c = 0..C-1 visits every
+// residue once with the same content, so a run is a C x P matrix: hit y[c][r] in {0, 1}
+// (greedy exact match) and nll l[c][r] (gold-value negative log-likelihood, nats). Clusters
+// are independent; the P observations of one cluster are correlated (shared haystack, key and
+// value), which the paired tests exploit and the intervals of pooled quantities account for.
+//
+// Everything here runs after the probe loop and may allocate. Only the C++17 standard library
+// is used. Every random choice (bootstrap, permutations) comes from the seeded Rng below, and
+// integers are drawn without the std distributions, so a seed gives the same result on every
+// platform. Shapes and preconditions are asserted (PKV_ASSERT); check_observations() turns a
+// malformed run into a Status first.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "status.h"
+
+namespace phasekv {
+namespace selftest {
+
+constexpr double kZ975 = 1.959963984540054;  // Φ⁻¹(0.975): two-sided 95 % intervals
+
+// ---- data -------------------------------------------------------------------------------
+
+// Row-major matrix of one metric: one row per cluster.
+struct ClusterMatrix {
+  int32_t n_clusters = 0;  // C
+  int32_t n_cols = 0;      // P residues (or T consecutive offsets for period_scan)
+  std::vector<double> v;   // [n_clusters, n_cols]
+
+  static ClusterMatrix zeros(int32_t n_clusters, int32_t n_cols);
+  bool empty() const { return n_clusters == 0; }
+  double at(int32_t c, int32_t j) const { return v[size_t(c) * size_t(n_cols) + size_t(j)]; }
+  double& at(int32_t c, int32_t j) { return v[size_t(c) * size_t(n_cols) + size_t(j)]; }
+};
+
+// One run of the self-test (or one stage of it).
+struct Observations {
+  ClusterMatrix hit;  // [C, P] y_cr in {0, 1}
+  ClusterMatrix nll;  // [C, P] gold NLL in nats; empty (0 x 0) when not recorded
+};
+
+// kInvalidArgument naming the field unless: C >= 2 and P >= 2, hit.v holds C*P values in
+// {0, 1}, and nll is empty or has the same shape with finite values.
+Status check_observations(const Observations& obs);
+
+// Per-column means: A_r = mean_c y_cr for hits, NLL_r for nll.  // [n_cols]
+std::vector<double> residue_means(const ClusterMatrix& y);
+// Per-row means ȳ_c (a cluster's mean over residues).  // [n_clusters]
+std::vector<double> cluster_means(const ClusterMatrix& y);
+
+// ---- seeded generator ---------------------------------------------------------------------
+
+// xoshiro256** (Blackman & Vigna) seeded through splitmix64. The same seed gives the same
+// stream on every platform and compiler.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  uint64_t next();            // 64 uniform bits
+  uint64_t below(uint64_t n);  // uniform integer in [0, n), n >= 1; unbiased (rejection)
+  double uniform();           // uniform double in [0, 1) with 53 random bits
+
+ private:
+  uint64_t s_[4];
+};
+
+// ---- normal and chi-square distributions ----------------------------------------------------
+
+// Φ(x) = ½·erfc(−x/√2): full relative accuracy in the lower tail.
+double normal_cdf(double x);
+// Φ⁻¹(p): Acklam's rational approximation (relative error < 1.2e-9) refined by one Halley
+// step on Φ(x) − p, evaluated in the lower tail (p > ½ uses −Φ⁻¹(1−p), exact in binary), so
+// the result is good to a few ulp. p <= 0 gives −inf, p >= 1 gives +inf.
+double normal_quantile(double p);
+// Upper tail P(χ²_df > x) for integer df >= 1, in closed form: even df = 2k:
+// e^{−x/2}·Σ_{j<k} (x/2)^j/j!; odd df = 2k+1: erfc(√(x/2)) + √(2x/π)·e^{−x/2}·
+// Σ_{j=1..k} x^{j−1}/(1·3·…·(2j−1)). Terms are summed in log space (no overflow).
+double chi2_sf(double x, int32_t df);
+
+// ---- intervals and clustering (§3.2, §3.3) --------------------------------------------------
+
+struct Interval {
+  double lo = 0.0;
+  double hi = 1.0;
+};
+
+// Wilson score interval (§3.2) for a proportion p̂ = successes/n:
+//   centre = (p̂ + z²/2n)/(1 + z²/n),  half-width = z/(1 + z²/n)·√(p̂(1−p̂)/n + z²/4n²).
+// n may be fractional (a cluster-effective n; then successes = p̂·n_eff). n <= 0 gives [0, 1].
+// The result is clipped to [0, 1]; lo = 0 exactly at p̂ = 0 and hi = 1 at p̂ = 1.
+Interval wilson(double successes, double n, double z = kZ975);
+
+// ANOVA estimator of the intraclass correlation (§3.3) for C clusters of m = n_cols
+// observations each (balanced one-way layout):
+//   MSB = m·Σ_c (ȳ_c − ȳ)²/(C−1),  MSW = Σ_c Σ_j (y_cj − ȳ_c)²/(C(m−1)),
+//   ρ̂ = (MSB − MSW)/(MSB + (m−1)·MSW).
+// The raw estimate is returned (it can be negative). A matrix without any variance (0/0)
+// returns 1: with no information on the correlation, the conservative value.
+double icc_anova(const ClusterMatrix& y);
+
+// Kish design effect deff = 1 + (m−1)ρ (§3.3), with ρ clamped to [0, 1] so that
+// 1 <= deff <= m: a negative ρ̂ is not trusted to shrink an interval.
+double design_effect(double m, double rho);
+// n_eff = n_obs/deff(m, ρ) (§3.3). For A_mean: n_obs = C·P, m = P, ρ = icc_anova(hit).
+double effective_n(double n_obs, double m, double rho);
+
+// Effective n of ONE residue's rate A_r (§3.2, §3.3, §5.6). Residues are paired within
+// clusters: a cluster contributes exactly one observation to each residue, so the residue
+// copies never share a residue and the across-residue correlation does not enter Var(A_r):
+// n_eff = C (deff = 1). Only when Q probes share one compressed haystack at the same residue
+// (outer mode) do they form a cluster of size m = Q inside a residue:
+//   n_eff = C·Q/(1 + (Q−1)ρ_q),  ρ_q the within-haystack ICC (clamped to [0, 1]).
+double residue_effective_n(int32_t n_clusters, int32_t queries_per_cluster = 1,
+                           double rho_queries = 0.0);
+
+// Cluster-robust standard error of A_mean in the balanced case (§3.3):
+// SE = sd_c(ȳ_c)/√C (sample sd, C−1 denominator).
+double cluster_robust_se(const ClusterMatrix& y);
+
+// Cluster bootstrap of A_mean = mean_r A_r = mean_c ȳ_c (§3.3): resample C clusters with
+// replacement (all P copies of a cluster travel together), n_replicates times, and take the
+// percentile interval with linear interpolation between order statistics (the "type 7"
+// quantile of R and numpy: h = (B−1)·q).
+struct BootstrapParams {
+  int32_t n_replicates = 2000;  // B (the note asks for >= 2000)
+  uint64_t seed = 0;            // Rng seed
+  double level = 0.95;          // two-sided coverage of the percentile interval
+};
+struct BootstrapResult {
+  double estimate = 0.0;  // A_mean of the data
+  Interval ci;            // percentile interval
+  double se = 0.0;        // sd of the replicates
+};
+BootstrapResult cluster_bootstrap_mean(const ClusterMatrix& y, const BootstrapParams& params);
+
+// ---- multiplicity (§3.5) ----------------------------------------------------------------------
+
+// Holm step-down: with p sorted p_(1) <= … <= p_(m), the adjusted values are
+//   p̃_(j) = min(1, max_{k<=j} (m−k+1)·p_(k)),
+// returned in the input order; reject[i] = p̃_i <= alpha, which is exactly "reject H_(j) while
+// p_(j) <= α/(m−j+1) and stop at the first failure". Ties keep their input order. FWER <= α
+// under any dependence between the tests.
+struct HolmResult {
+  std::vector<double> adjusted;  // [m]
+  std::vector<bool> reject;      // [m]
+};
+HolmResult holm(const std::vector<double>& p, double alpha = 0.05);
+
+// ---- paired leave-one-out tests (§3.4) --------------------------------------------------------
+
+// Which direction of a metric is worse: hits kLower, NLL kHigher.
+enum class Worse { kLower, kHigher };
+
+// Residue r against the mean of the other residues, paired within clusters:
+//   d_c = y_cr − mean_{r'≠r} y_cr',  deficit = −mean(d) (kLower) or +mean(d) (kHigher),
+//   z = (margin − deficit)/(sd(d)/√C),  p = Φ(z)   (one-sided, "r is worse by more than margin").
+// For hits with margin 0 this is z = mean(d)/(sd(d)/√C), p = Φ(z). margin > 0 tests the shifted
+// null of §5.5 (H0: p_r >= p̄_{−r} − δ). sd uses C−1. When sd(d) = 0 the test is decided by the
+// sign: z = −inf (p = 0) if margin − deficit < 0, otherwise z = +inf (p = 1). The normal
+// approximation wants C ≳ 20 (§5.5).
+struct LooTest {
+  int32_t residue = 0;
+  double mean_diff = 0.0;  // mean_c d_c, in the metric's units (signed: r minus the others)
+  double sd_diff = 0.0;    // sample sd of d_c
+  double deficit = 0.0;    // how much worse r is than the others (> 0 = worse)
+  double z = 0.0;
+  double p = 1.0;          // one-sided p-value for "r is worse"
+};
+std::vector<LooTest> loo_tests(const ClusterMatrix& y, Worse worse, double margin = 0.0);
+
+// Cochran's Q, the omnibus test of "all residues equal" on paired hits (§3.4):
+//   Q = (R−1)[R·Σ_r C_r² − N²]/(R·N − Σ_c L_c²),  Q ~ χ²_{R−1},
+// C_r residue totals, L_c cluster totals, N the grand total. A zero denominator (every cluster
+// all-hit or all-miss) gives Q = 0, p = 1.
+struct CochranQ {
+  double q = 0.0;
+  int32_t df = 0;
+  double p = 1.0;
+};
+CochranQ cochran_q(const ClusterMatrix& hit);
+
+// ---- worst residue and gap (§3.6, §5.4) -------------------------------------------------------
+
+// A_min with a split-sample estimate (§3.6). The naive minimum is biased low: the argmin is
+// chosen on the same noise that is then reported. Clusters are split by index parity (even /
+// odd; clusters are i.i.d., so any fixed split is valid and parity needs no seed). The argmin
+// is chosen on one half and its accuracy and deficit (mean of the other residues minus its
+// own) are measured on the other half; both directions are computed (cross-fitting) and
+// averaged. Ties pick the lowest residue. Needs C >= 2.
+struct SplitMin {
+  int32_t naive_argmin = 0;
+  double naive_min = 0.0;         // min_r A_r on all clusters
+  double naive_deficit = 0.0;     // mean_{r≠argmin} A_r − A_min on all clusters
+  int32_t argmin_even = 0;        // argmin chosen on the even clusters
+  int32_t argmin_odd = 0;         // argmin chosen on the odd clusters
+  double split_min = 0.0;         // ½[A_odd(argmin_even) + A_even(argmin_odd)]
+  double split_deficit = 0.0;     // the same average for the deficit
+  double optimism = 0.0;          // split_min − naive_min: how far the naive minimum reads low
+  double deficit_optimism = 0.0;  // naive_deficit − split_deficit
+};
+SplitMin split_sample_min(const ClusterMatrix& hit);
+
+// d_R = E[range of R i.i.d. standard normals] = ∫ [1 − Φ(x)^R − (1 − Φ(x))^R] dx, by
+// composite Simpson on [−12, 12] (error < 1e-9). d_2 = 2/√π, d_3 = 3/√π, d_4 = 2.0588,
+// d_8 = 2.8472, d_16 = 3.5320 (the note's 2.06 / 2.85 / 3.53).
+double expected_normal_range(int32_t r);
+
+// Peak-to-trough gap and spread of the A_r, with the noise level the note prescribes (§3.6,
+// §5.4): under H0 (all residues at p̄ = A_mean, C clusters) each A_r has sd √(p̄q̄/C), so
+//   E[Δ] ≈ d_R·√(p̄q̄/C)   and   E[σ²] = p̄q̄/C  (σ uses R−1 so that it compares directly).
+// This ignores the within-cluster correlation (positive ICC makes the true null gap smaller);
+// gap_permutation_null() gives the exact exchangeable-residue null instead.
+struct GapStats {
+  double mean = 0.0;            // Ā
+  double max = 0.0;             // max_r A_r
+  double min = 0.0;             // min_r A_r
+  int32_t argmax = 0;
+  int32_t argmin = 0;
+  double gap = 0.0;             // Δ = max − min
+  double sd = 0.0;              // σ: sd of A_r over residues (R−1 denominator)
+  double relative_gap = 0.0;    // Δ/Ā (0 when Ā = 0, where Δ = 0 too)
+  double se_null = 0.0;         // √(p̄q̄/C), also the null σ
+  double gap_se_units = 0.0;    // Δ/se_null, to compare with d_R (0 when se_null = 0)
+  double d_r = 0.0;             // expected_normal_range(R)
+  double expected_null_gap = 0.0;  // d_R·se_null
+};
+GapStats gap_stats(const ClusterMatrix& hit);
+
+// Within-cluster permutation null of the gap: each cluster's P values are shuffled among the
+// residues (exact under exchangeable residues, §3.4), Δ* recomputed, n_permutations times.
+struct GapNull {
+  double mean_gap = 0.0;  // mean of Δ*: the gap noise alone produces with this ICC
+  double p = 1.0;         // (1 + #{Δ* >= Δ})/(1 + B)
+};
+GapNull gap_permutation_null(const ClusterMatrix& hit, int32_t n_permutations, uint64_t seed);
+
+// ---- two-stage flagging (§5.5) ----------------------------------------------------------------
+//
+// A residue is weak when p_r <= p̄_{−r} − δ. Stage 1 screens with any data-driven rule on n₁
+// clusters; stage 2 runs the leave-one-out test on n₂ FRESH clusters for the screened
+// residues only, with Holm at α over |candidates|, and flags a residue only when Holm rejects
+// AND its stage-2 deficit is >= δ.
+//
+// False-alarm argument. Let H0_r: p_r >= p̄_{−r} (r is not below the others). The stage-2
+// clusters are independent of the stage-1 clusters, so conditional on the candidate set the
+// stage-2 p-values of the candidates are (asymptotically) valid: P(p_r <= u | candidates) <= u
+// for every true H0_r. Holm controls the family-wise error over the |candidates| tests under
+// any dependence between them (they share comparator residues), hence
+//   P(flag some r with H0_r true | candidates) <= α  for every candidate set,
+// and so unconditionally. The δ filter only removes flags and the screen only removes tests,
+// so neither can raise this probability. With shifted_null the same argument bounds flags of
+// residues whose true deficit is below δ (H0_r: p_r >= p̄_{−r} − δ). The bound rests on the
+// normal approximation (n₂ ≳ 20, §5.5) and on independent clusters.
+struct FlagParams {
+  double alpha = 0.05;           // family-wise false-alarm rate of one self-test run
+  double margin = 0.10;          // δ: practical margin in accuracy (0.10 = 10 pp)
+  double screen_p = 0.2;         // stage 1: candidate if a one-sided LOO p < screen_p
+  double screen_deficit = 0.05;  // stage 1: or if the hit deficit >= this (δ/2, §5.5)
+  bool screen_nll = true;        // stage 1 also screens on NLL when it was recorded
+  bool shifted_null = false;     // stage 2 tests H0: p_r >= p̄_{−r} − δ (the stricter option)
+};
+
+struct Screening {
+  std::vector<int32_t> candidates;  // residues to confirm, ascending
+  std::vector<LooTest> hit_tests;   // [P] stage-1 hit tests
+  std::vector<LooTest> nll_tests;   // [P] stage-1 NLL tests (empty without NLL)
+};
+Screening screen(const Observations& stage1, const FlagParams& params);
+
+struct ConfirmedResidue {
+  LooTest test;          // stage-2 hit test (margin δ under shifted_null)
+  double holm_p = 1.0;   // Holm-adjusted over the candidates
+  bool rejected = false;  // holm_p <= α
+  bool flagged = false;   // rejected && test.deficit >= δ
+};
+struct Confirmation {
+  std::vector<ConfirmedResidue> tested;  // one per candidate, in candidate order
+  std::vector<int32_t> flagged;          // weak residues, ascending
+};
+// candidates: distinct residues in [0, P) (usually screen(...).candidates); none → no flags.
+Confirmation confirm(const Observations& stage2, const std::vector<int32_t>& candidates,
+                     const FlagParams& params);
+
+// ---- period detection (§4) ------------------------------------------------------------------
+//
+// Normalisation. For a real series x_0..x_{T−1} with mean x̄, the periodogram is two-sided and
+// not doubled:
+//   I_k = |Σ_t (x_t − x̄)·e^{−2πikt/T}|² / T,   k = 0..T−1   (I_0 = 0, I_k = I_{T−k}),
+// so Σ_{k=0}^{T−1} I_k = Σ_t (x_t − x̄)² (Parseval). For a period P that divides T, the
+// harmonics of 1/P are the bins k = jT/P, j = 1..P−1, and EXACTLY
+//   Σ_{j=1}^{P−1} I_{jT/P} = (T/P)·Σ_{r=0}^{P−1} (m_r − m̄)² =: G_P,
+// with m_r = mean of x_t over t ≡ r (mod P) and m̄ = x̄ (§4.2): the DFT at bin jT/P is (T/P)
+// times the P-point DFT of the centred folded means, then Parseval on P points.
+std::vector<double> periodogram(const std::vector<double>& x);  // [T]
+// G_P by folding (right-hand side). P must divide T.
+double folded_power(const std::vector<double>& x, int32_t period);
+struct PeriodogramIdentity {
+  double harmonic_sum = 0.0;  // Σ_{j=1}^{P−1} I_{jT/P} from the DFT
+  double folded_sum = 0.0;    // (T/P)·Σ_r (m_r − m̄)²
+  double abs_error = 0.0;     // |difference|
+};
+PeriodogramIdentity check_periodogram_identity(const std::vector<double>& x, int32_t period);
+
+// Period scan over a [C, T] matrix of per-offset outcomes (hits or NLL; T consecutive
+// offsets, or T = P residues for the per-residue curve, where detrend should be off: residue
+// order is not depth order). Candidates are the P in
+// [2, min(max_period, T)] that divide T. Each row is optionally detrended (least-squares line
+// removed) first; all statistics use the cluster-averaged series x̄_t.
+//   - per candidate: G_P and a permutation p that shuffles each cluster's values within
+//     contiguous blocks of length P (keeps trends longer than P, destroys phase) (§4.4);
+//   - scan: S = max_P G_P/(P−1) with a full within-cluster shuffle, which controls the false
+//     alarm over the whole scan (§4.4, unknown P); detected = scan_p <= alpha;
+//   - reported period: the smallest candidate P whose multiples do not add significant power
+//     (§4.4: multiples of the true period light up too). For P with candidate multiples
+//     M = {kP}, the statistic max_{kP∈M} (G_{kP} − G_P)/((k−1)P) is tested by shuffling each
+//     cluster's values among offsets with equal t mod P inside blocks of length lcm(M), which
+//     keeps any period-P structure; P is accepted when that p > alpha. The largest candidate
+//     has no multiples and is always accepted. (G_{kP} >= G_P: folding is nested.)
+//   - the folded means at the reported period and the phase of its fundamental:
+//     fundamental_trough = P(π − arg M_1)/2π mod P, M_1 = Σ_r m_r e^{−2πir/P}, the (fractional)
+//     residue where the fundamental sinusoid is lowest — a single dip at r0 gives r0.
+// p-values are (1 + #{stat* >= stat})/(1 + B), ties counted as exceedances.
+struct PeriodScanParams {
+  int32_t max_period = 16;       // largest candidate P
+  int32_t n_permutations = 999;  // B per test
+  uint64_t seed = 0;             // Rng seed
+  bool detrend = true;           // remove each cluster's least-squares line first (§4.3)
+  double alpha = 0.05;           // detection level and the multiples test level
+};
+struct PeriodCandidate {
+  int32_t period = 0;
+  double power = 0.0;        // G_P of x̄
+  double normalized = 0.0;   // G_P/(P−1)
+  double p = 1.0;            // block-shuffle permutation p of G_P
+  double multiples_p = 1.0;  // p of "multiples of P add power" (1 without multiples)
+};
+struct PeriodScan {
+  std::vector<PeriodCandidate> candidates;  // ascending period
+  int32_t scan_argmax = 0;        // candidate with the largest G_P/(P−1) (smallest on ties)
+  double scan_stat = 0.0;         // max_P G_P/(P−1)
+  double scan_p = 1.0;
+  bool detected = false;          // scan_p <= alpha
+  int32_t period = 0;             // reported period (see above); 0 without candidates
+  std::vector<double> folded_means;  // [period] m_r of x̄ at the reported period
+  double fundamental_trough = 0.0;   // in [0, period)
+};
+PeriodScan period_scan(const ClusterMatrix& y, const PeriodScanParams& params);
+
+// ---- power (§3.7) ---------------------------------------------------------------------------
+
+struct PowerParams {
+  double alpha = 0.05;  // family-wise; each residue is tested at α/R (Bonferroni worst case)
+  double power = 0.8;
+};
+// Minimum detectable gap for the leave-one-out paired test (§3.7): the Δ that solves
+//   n = (z_{1−α/R} + z_{power})²·[p_w q_w + p_s q_s/(R−1)]/Δ²,  p_w = p_s − Δ,
+// for n = C clusters. With K = (z_{1−α/R} + z_{power})², p = p_s, q = 1 − p_s this is the
+// quadratic (C + K)Δ² − K(p − q)Δ − K·p·q·R/(R−1) = 0, whose positive root is returned, capped
+// at p_s. p_healthy is the healthy residues' accuracy; the self-test passes Ā (with one weak
+// residue Ā = p_s − Δ/R, which for p_s >= ½ slightly overstates the MDE: conservative).
+// R = 8, p_s = 0.9: 0.383 / 0.307 / 0.228 / 0.149 / 0.098 at C = 20 / 30 / 50 / 100 / 200.
+double min_detectable_gap(double p_healthy, int32_t n_clusters, int32_t n_residues,
+                          const PowerParams& params = PowerParams());
+// The same formula solved for n, rounded up: clusters per run (each visits all R residues).
+// R = 8, p_s = 0.9: 193 / 63 / 19 for Δ = 0.10 / 0.20 / 0.40 (the note's table).
+int64_t required_clusters(double p_healthy, double gap, int32_t n_residues,
+                          const PowerParams& params = PowerParams());
+
+// ---- the whole report (§5.4, §5.7) ------------------------------------------------------------
+
+struct SummaryParams {
+  double z = kZ975;            // interval quantile
+  BootstrapParams bootstrap;   // A_mean interval
+  PowerParams power;           // MDE
+};
+struct ResidueRow {
+  double accuracy = 0.0;   // A_r
+  Interval accuracy_ci;    // Wilson with n = residue_effective_n(C) = C
+  double nll = 0.0;        // NLL_r (0 without NLL)
+  double nll_excess = 0.0;  // ΔNLL_r = NLL_r − mean of the other residues' NLL
+  LooTest hit_test;        // leave-one-out, hits
+  double hit_holm_p = 1.0;  // Holm over all residues (the single-stage option of §5.5)
+  LooTest nll_test;        // leave-one-out, NLL (default-constructed without NLL)
+};
+struct Summary {
+  int32_t n_clusters = 0;
+  int32_t n_residues = 0;
+  std::vector<ResidueRow> residues;  // [P]
+  double mean_accuracy = 0.0;        // Ā
+  double icc = 0.0;                  // raw ANOVA ρ̂ of the hits, clusters of size P
+  double design_effect = 1.0;        // 1 + (P−1)·clamp(ρ̂, 0, 1)
+  double mean_n_eff = 0.0;           // C·P/deff
+  Interval mean_wilson;              // Wilson(Ā·n_eff, n_eff)
+  double mean_cluster_se = 0.0;      // cluster_robust_se(hit)
+  BootstrapResult mean_bootstrap;    // cluster bootstrap of Ā
+  SplitMin worst;                    // A_min, naive and split-sample
+  GapStats gap;                      // Δ, σ, Δ/Ā and the null gap
+  CochranQ cochran;
+  double mde = 0.0;                  // min_detectable_gap(Ā, C, P)
+};
+Summary summarize(const Observations& obs, const SummaryParams& params = SummaryParams());
+
+}  // namespace selftest
+}  // namespace phasekv
