@@ -7,6 +7,7 @@
 #include "context.h"
 #include "phasekv.h"
 #include "sampler.h"
+#include "selftest.h"
 
 struct pkv_model {
   std::unique_ptr<phasekv::Model> m;
@@ -251,6 +252,67 @@ pkv_status pkv_sampler_sample(pkv_sampler* s, const pkv_context* ctx, int32_t* t
 
 void pkv_sampler_accept(pkv_sampler* s, int32_t token) {
   if (s) s->s.accept(token);
+}
+
+pkv_selftest_params pkv_selftest_default_params(void) {
+  const phasekv::SelftestOptions o;
+  pkv_selftest_params p;
+  p.template_text = nullptr;
+  p.chat = 0;
+  p.probe_tokens = o.probe_tokens;
+  p.samples = 16;
+  p.budget_s = 0;
+  p.seed = o.seed;
+  p.period = 0;
+  p.delta = o.delta;
+  p.alpha = o.alpha;
+  p.n_threads = phasekv::default_context_params().n_threads;
+  return p;
+}
+
+pkv_status pkv_selftest_run(const pkv_model* model, const pkv_selftest_params* params, pkv_selftest_result* out) {
+  PKV_CHECK_ARG(model && params && out, "pkv_selftest_run: model, params and out are required");
+  return guarded([&] {
+    phasekv::SelftestOptions o;
+    if (params->chat) {
+      phasekv::Status s = phasekv::chat_probe_template(*model->m, &o.template_text);
+      if (!s.ok()) return fail(s);
+    } else if (params->template_text) {
+      o.template_text = params->template_text;
+    }
+    o.probe_tokens = params->probe_tokens;
+    o.samples = params->samples;
+    o.budget_s = params->budget_s;
+    o.seed = params->seed;
+    o.period = params->period;
+    o.delta = params->delta;
+    o.alpha = params->alpha;
+    o.n_threads = params->n_threads;
+    phasekv::SelftestResult r;
+    phasekv::Status s = phasekv::run_selftest(*model->m, o, &r);
+    if (!s.ok()) return fail(s);
+    std::memset(out, 0, sizeof *out);
+    out->period = r.period;
+    out->t0 = r.t0;
+    for (int32_t f : r.flagged)
+      if (out->n_flagged < PKV_SELFTEST_MAX_RESIDUES) out->flagged[out->n_flagged++] = f;
+    for (const phasekv::ProtocolResult& p : r.protocols) {
+      const int i = p.protocol == phasekv::Protocol::Outer ? 0 : 1;
+      for (uint32_t k = 0; k < r.period && k < PKV_SELFTEST_MAX_RESIDUES; ++k) {
+        out->accuracy[i][k] = p.summary.residues[k].accuracy;
+        out->ci_lo[i][k] = p.summary.residues[k].accuracy_ci.lo;
+        out->ci_hi[i][k] = p.summary.residues[k].accuracy_ci.hi;
+      }
+      out->mean_accuracy[i] = p.summary.mean_accuracy;
+      out->min_accuracy[i] = p.summary.worst.naive_min;
+      out->gap[i] = p.summary.gap.gap;
+    }
+    out->probes = r.probes;
+    out->prefill_tokens = r.prefill_tokens;
+    out->naive_prefill_tokens = r.naive_prefill_tokens;
+    out->seconds = r.seconds;
+    return PKV_OK;
+  });
 }
 
 }  // extern "C"

@@ -5,9 +5,22 @@
 
 namespace phasekv {
 
-Status Model::load(const std::string& path, std::unique_ptr<Model>* out) {
+Status Model::load(const std::string& path, std::unique_ptr<Model>* out) { return load(path, LoadOptions(), out); }
+
+Status Model::load(const std::string& path, const LoadOptions& options, std::unique_ptr<Model>* out) {
   std::unique_ptr<Model> m(new Model());
   PKV_RETURN_IF_ERROR(ModelFile::open(path, &m->file_));
+  m->spec_ = m->file_->spec();
+  if (options.full_attention) {
+    for (uint32_t l = 0; l < m->spec_.layers.size(); ++l) {
+      const AttentionMemory& a = m->spec_.layers[l];
+      if (a.kind == MemoryKind::Compressed && a.payload != PayloadSource::LayerProjection)
+        return make_error(StatusCode::kUnsupported,
+                          "%s: layer %u (%s) pools its own payload maps; the file has no full-attention twin",
+                          path.c_str(), l, a.describe().c_str());
+      m->spec_.layers[l] = AttentionMemory();
+    }
+  }
   Status s = m->build();
   if (!s.ok()) return s.with_context(path);
   *out = std::move(m);

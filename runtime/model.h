@@ -31,11 +31,19 @@ class Model {
     const float* sink = nullptr;         // [n_heads]
   };
 
+  struct LoadOptions {
+    // Load the full-attention twin: every layer's memory replaced by full attention (the
+    // self-test's control). Refused when a compressed layer has its own payload maps (no
+    // K/V projections to attend with).
+    bool full_attention = false;
+  };
   static Status load(const std::string& path, std::unique_ptr<Model>* out);
+  static Status load(const std::string& path, const LoadOptions& options, std::unique_ptr<Model>* out);
 
   const ModelFile& file() const { return *file_; }
-  const ModelSpec& spec() const { return file_->spec(); }
-  const ModelConfig& config() const { return file_->spec().config; }
+  // The file's metadata; with LoadOptions::full_attention the layers say full.
+  const ModelSpec& spec() const { return spec_; }
+  const ModelConfig& config() const { return spec_.config; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const Layer& layer(int i) const { return layers_[size_t(i)]; }
   const WeightView& token_embd() const { return token_embd_; }
@@ -53,6 +61,7 @@ class Model {
   Status norm(const std::string& name, const float** out);
 
   std::unique_ptr<ModelFile> file_;
+  ModelSpec spec_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<Layer> layers_;
   WeightView token_embd_, output_;

@@ -140,6 +140,45 @@ pkv_status pkv_sampler_sample(pkv_sampler* s, const pkv_context* ctx, int32_t* t
 /* Records a token for the repetition penalty. */
 void pkv_sampler_accept(pkv_sampler* s, int32_t token);
 
+/* ---- Phase self-test -------------------------------------------------------------------- */
+
+#define PKV_SELFTEST_MAX_RESIDUES 256
+
+typedef struct pkv_selftest_params {
+  const char* template_text; /* exactly one {{content}} slot; NULL = the bare slot */
+  int32_t chat;              /* 1: the model's chat template with the probe as the user message */
+  uint32_t probe_tokens;     /* tokens per probe (default 512) */
+  int32_t samples;           /* clusters per stage and protocol (default 16; 0 with budget_s > 0) */
+  double budget_s;           /* wall-time budget instead of samples (0 = none) */
+  uint64_t seed;             /* probe content (default 1) */
+  int32_t period;            /* override P (0 = lcm of the compressed strides) */
+  double delta;              /* practical margin of a weak residue (default 0.10) */
+  double alpha;              /* false-alarm probability per run (default 0.05) */
+  int32_t n_threads;         /* CPU threads (default: hardware threads) */
+} pkv_selftest_params;
+
+typedef struct pkv_selftest_result {
+  uint32_t period;           /* P */
+  uint32_t t0;               /* slot start token; template phase = t0 % period */
+  uint32_t n_flagged;        /* weak residues (both protocols) */
+  int32_t flagged[PKV_SELFTEST_MAX_RESIDUES];
+  /* [0] outer padding, [1] in-sequence padding; residues 0..period-1 */
+  double accuracy[2][PKV_SELFTEST_MAX_RESIDUES];
+  double ci_lo[2][PKV_SELFTEST_MAX_RESIDUES]; /* Wilson 95 % */
+  double ci_hi[2][PKV_SELFTEST_MAX_RESIDUES];
+  double mean_accuracy[2];
+  double min_accuracy[2];
+  double gap[2];             /* max - min over residues */
+  int64_t probes;
+  int64_t prefill_tokens;    /* tokens evaluated (shared prefixes reused through snapshots) */
+  int64_t naive_prefill_tokens;
+  double seconds;
+} pkv_selftest_result;
+
+pkv_selftest_params pkv_selftest_default_params(void);
+/* Runs the self-test on `model` in contexts of its own (a deployed context is not touched). */
+pkv_status pkv_selftest_run(const pkv_model* model, const pkv_selftest_params* params, pkv_selftest_result* out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,7 +11,8 @@ PKGS=(
   libpcre2-dev                              # Unicode classes of the tokenizer's pre-tokenizer regex
   doctest-dev                               # unit tests
   libcli11-dev                              # the phasekv command line
-  nlohmann-json3-dev                        # --json output of the tools
+  nlohmann-json3-dev                        # --json output of the tools, safetensors headers
+  libssl-dev                                # SHA-256 of model and template in self-test reports (tools only)
 )
 
 missing=()

@@ -1,4 +1,4 @@
-// phasekv: the PhaseKV command-line tool (convert, inspect, run, bench; selftest follows).
+// phasekv: the PhaseKV command-line tool (convert, inspect, run, bench, selftest).
 #include <cstdio>
 
 #include "commands.h"
@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   register_inspect(app, &exit_code);
   register_run(app, &exit_code);
   register_bench(app, &exit_code);
+  register_selftest(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <regex>
 
 namespace phasekv {
 
@@ -14,9 +13,16 @@ namespace {
 constexpr uint64_t kMaxHeader = 100ull << 20;
 
 bool compressor_name(const std::string& n) {
-  static const std::regex re(
-      R"(blk\.(0|[1-9][0-9]{0,5})\.(cmp_[kv]_gate\.bias|cmp_[kv]_gate\.weight|cmp_[kv]\.weight|cmp_k_norm\.weight|attn_sink))");
-  return std::regex_match(n, re);
+  // blk.N.<suffix>, N a decimal layer number without leading zeros.
+  if (n.compare(0, 4, "blk.") != 0) return false;
+  size_t i = 4;
+  while (i < n.size() && i < 11 && n[i] >= '0' && n[i] <= '9') ++i;
+  if (i == 4 || i >= n.size() || n[i] != '.' || (n[4] == '0' && i > 5)) return false;
+  const std::string suffix = n.substr(i + 1);
+  for (const char* ok : {"cmp_k_gate.bias", "cmp_v_gate.bias", "cmp_k_gate.weight", "cmp_v_gate.weight",
+                         "cmp_k.weight", "cmp_v.weight", "cmp_k_norm.weight", "attn_sink"})
+    if (suffix == ok) return true;
+  return false;
 }
 
 }  // namespace

@@ -1,0 +1,453 @@
+#include "selftest.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "chat_template.h"
+#include "context.h"
+
+namespace phasekv {
+
+// ---- template ------------------------------------------------------------------------------
+
+Status parse_template(const Tokenizer& tok, const std::string& text, ProbeTemplate* out) {
+  const std::string slot = kContentSlot;
+  const size_t first = text.find(slot);
+  if (first == std::string::npos)
+    return make_error(StatusCode::kInvalidArgument, "the template has no %s slot (exactly one is needed)",
+                      kContentSlot);
+  size_t count = 0;
+  for (size_t at = first; at != std::string::npos; at = text.find(slot, at + slot.size())) ++count;
+  if (count > 1)
+    return make_error(StatusCode::kInvalidArgument, "the template has %zu %s slots (exactly one is allowed)", count,
+                      kContentSlot);
+  ProbeTemplate t;
+  t.prefix_text = text.substr(0, first);
+  t.suffix_text = text.substr(first + slot.size());
+  // A slot inside a special token's text ("<|im_st{{content}}art|>") splits the special.
+  const std::string joined = t.prefix_text + t.suffix_text;
+  const size_t cut = t.prefix_text.size();
+  for (int32_t id = 0; id < tok.n_tokens(); ++id) {
+    if (!tok.is_special(id)) continue;
+    std::string s;
+    if (!tok.token_bytes(id, &s).ok() || s.size() < 2) continue;
+    const size_t lo = cut >= s.size() ? cut - s.size() + 1 : 0;
+    for (size_t start = lo; start < cut; ++start)
+      if (start + s.size() <= joined.size() && joined.compare(start, s.size(), s) == 0)
+        return make_error(StatusCode::kInvalidArgument,
+                          "the %s slot is inside the special token '%s' (template byte %zu)", kContentSlot,
+                          s.c_str(), first);
+  }
+  Status s = tok.encode(t.prefix_text, true, &t.prefix);
+  if (!s.ok()) return s.with_context("template text before the slot");
+  s = tok.encode(t.suffix_text, true, &t.suffix);
+  if (!s.ok()) return s.with_context("template text after the slot");
+  if (tok.add_bos() && tok.bos() >= 0) t.prefix.insert(t.prefix.begin(), tok.bos());
+  *out = std::move(t);
+  return Status::Ok();
+}
+
+Status chat_probe_template(const Model& model, std::string* text) {
+  const std::string& jinja = model.spec().chat_template;
+  if (jinja.empty())
+    return make_error(StatusCode::kInvalidArgument, "--chat: the model file has no chat template (use --template)");
+  return apply_chat_template(jinja, {ChatMessage{"user", kContentSlot}}, true, text);
+}
+
+// ---- probe vocabulary ------------------------------------------------------------------------
+
+const char* protocol_name(Protocol p) { return p == Protocol::Outer ? "outer" : "in_sequence"; }
+
+namespace {
+
+bool encodes_to(const Tokenizer& tok, const std::string& text, const std::vector<int32_t>& ids) {
+  std::vector<int32_t> got;
+  return tok.encode(text, false, &got).ok() && got == ids;
+}
+
+int32_t single_token(const Tokenizer& tok, const std::string& text) {
+  std::vector<int32_t> got;
+  if (!tok.encode(text, false, &got).ok() || got.size() != 1) return -1;
+  return got[0];
+}
+
+}  // namespace
+
+Status build_probe_vocab(const Tokenizer& tok, ProbeVocab* out) {
+  ProbeVocab v;
+  v.sep = single_token(tok, " =");
+  v.newline = single_token(tok, "\n");
+  if (v.sep < 0 || v.newline < 0)
+    return make_error(StatusCode::kUnsupported, "the tokenizer has no single token for ' =' or a newline");
+  for (const char* f : {" -", " *", " ~", " |", " =", " +", " ."}) {
+    const int32_t id = single_token(tok, f);
+    if (id < 0) continue;
+    std::string run;
+    for (int i = 0; i < 40; ++i) run += f;
+    if (encodes_to(tok, run, std::vector<int32_t>(40, id)) &&
+        encodes_to(tok, "\n" + std::string(f) + f + "\n", {v.newline, id, id, v.newline})) {
+      v.filler = id;
+      break;
+    }
+  }
+  if (v.filler < 0) return make_error(StatusCode::kUnsupported, "no neutral filler token round-trips in this vocabulary");
+  // Words " abcd".." abcdefgh" that stay one token next to ' =' and newlines, in BPE merge
+  // order (frequency) after skipping the 300 most frequent (function words), alternately keys
+  // and values.
+  int32_t n = 0, skipped = 0;
+  for (int32_t id = 0; id < tok.n_tokens() && n < 4000; ++id) {
+    if (tok.is_special(id)) continue;
+    std::string s;
+    if (!tok.token_bytes(id, &s).ok() || s.size() < 5 || s.size() > 9 || s[0] != ' ') continue;
+    bool word = true;
+    for (size_t i = 1; i < s.size(); ++i) word &= s[i] >= 'a' && s[i] <= 'z';
+    if (!word) continue;
+    if (!encodes_to(tok, s, {id}) || !encodes_to(tok, "\n" + s + " =", {v.newline, id, v.sep}) ||
+        !encodes_to(tok, " =" + s + "\n", {v.sep, id, v.newline}))
+      continue;
+    if (skipped++ < 300) continue;
+    (n % 2 == 0 ? v.keys : v.values).push_back(id);
+    ++n;
+  }
+  if (v.keys.size() < 64 || v.values.size() < 64)
+    return make_error(StatusCode::kUnsupported, "the vocabulary has only %zu usable single-token words (128 needed)",
+                      v.keys.size() + v.values.size());
+  *out = std::move(v);
+  return Status::Ok();
+}
+
+// ---- probes ----------------------------------------------------------------------------------
+
+namespace {
+
+constexpr uint32_t kRecord = 4;  // key ' =' value '\n'
+constexpr uint32_t kDemos = 4;   // lookups of other records shown before the query
+
+// Deterministic per (seed, cluster).
+uint64_t cluster_seed(uint64_t seed, int32_t cluster, uint64_t salt) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + uint64_t(cluster) * 0xBF58476D1CE4E5B9ull + salt;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// k distinct draws from [0, n).
+std::vector<int32_t> distinct(selftest::Rng& rng, size_t n, size_t k) {
+  std::vector<int32_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  for (size_t i = 0; i < k; ++i) std::swap(idx[i], idx[i + size_t(rng.below(uint64_t(n - i)))]);
+  idx.resize(k);
+  return idx;
+}
+
+}  // namespace
+
+Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayout& L, uint64_t seed,
+                    int32_t cluster, std::vector<Probe>* out) {
+  const uint32_t P = L.period;
+  if (P < 2) return make_error(StatusCode::kInvalidArgument, "period %u: a sweep needs at least 2 residues", P);
+  const uint32_t slack = 2 * P - 2;
+  // The query: the template suffix, kDemos demonstration lookups ("key = value" of other
+  // records), then "key =" of the target. Few-shot lookups make small models retrieve.
+  const uint64_t query = uint64_t(t.suffix.size()) + kDemos * kRecord + 2;
+  const uint64_t fixed = uint64_t(t.prefix.size()) + query + slack;
+  // At least 8 records, and enough after the target to keep it min_distance from the query.
+  const uint64_t tail = query;
+  const uint32_t n_after = tail + 1 >= L.min_distance ? 1 : uint32_t((L.min_distance - tail - 1 + kRecord - 1) / kRecord) + 1;
+  const uint64_t need = fixed + uint64_t(kRecord) * (n_after + 8);
+  if (L.length < need)
+    return make_error(StatusCode::kInvalidArgument,
+                      "a probe of %u tokens is too small: the template takes %zu + %zu tokens, the padding %u, and "
+                      "a target %u tokens from the query needs %llu tokens in all",
+                      L.length, t.prefix.size(), t.suffix.size(), slack, L.min_distance, (unsigned long long)need);
+  const uint32_t n_records = uint32_t((L.length - fixed) / kRecord);
+  const uint32_t extra = uint32_t(L.length - fixed - uint64_t(n_records) * kRecord);
+  if (n_records > v.keys.size() || n_records > v.values.size())
+    return make_error(StatusCode::kInvalidArgument, "a probe of %u tokens needs %u distinct keys; the vocabulary has %zu",
+                      L.length, n_records, std::min(v.keys.size(), v.values.size()));
+
+  selftest::Rng rng(cluster_seed(seed, cluster, uint64_t(L.protocol)));
+  const std::vector<int32_t> ki = distinct(rng, v.keys.size(), n_records);
+  const std::vector<int32_t> vi = distinct(rng, v.values.size(), n_records);
+  // The target: anywhere from the first record to the last one that keeps its distance.
+  const uint32_t target = uint32_t(rng.below(n_records - n_after));
+  // Demonstrations: kDemos other records, in random order.
+  std::vector<int32_t> demo = distinct(rng, n_records - 1, kDemos);
+  for (int32_t& d : demo) d += d >= int32_t(target) ? 1 : 0;
+  auto record = [&](uint32_t i, std::vector<int32_t>* ids) {
+    ids->push_back(v.keys[size_t(ki[i])]);
+    ids->push_back(v.sep);
+    ids->push_back(v.values[size_t(vi[i])]);
+    ids->push_back(v.newline);
+  };
+  const int32_t key = v.keys[size_t(ki[target])], gold = v.values[size_t(vi[target])];
+  const uint32_t base = uint32_t(cluster) % P;
+  std::vector<Probe> probes;
+  for (uint32_t k = 0; k < P; ++k) {
+    const uint32_t s = base + k;
+    Probe p;
+    p.shift = int32_t(s);
+    p.gold = gold;
+    std::vector<int32_t>& ids = p.ids;
+    ids.reserve(L.length);
+    ids = t.prefix;
+    if (L.protocol == Protocol::Outer) {
+      p.shared = uint32_t(t.prefix.size());
+      ids.insert(ids.end(), s, v.filler);
+      ids.insert(ids.end(), extra, v.filler);
+      for (uint32_t i = 0; i < n_records; ++i) {
+        if (i == target) p.key_pos = uint32_t(ids.size());
+        record(i, &ids);
+      }
+      ids.insert(ids.end(), slack - s, v.filler);
+    } else {
+      ids.insert(ids.end(), extra, v.filler);
+      for (uint32_t i = 0; i < target; ++i) record(i, &ids);
+      p.shared = uint32_t(ids.size());
+      ids.insert(ids.end(), s, v.filler);
+      p.key_pos = uint32_t(ids.size());
+      record(target, &ids);
+      ids.insert(ids.end(), slack - s, v.filler);
+      for (uint32_t i = target + 1; i < n_records; ++i) record(i, &ids);
+    }
+    ids.insert(ids.end(), t.suffix.begin(), t.suffix.end());
+    for (int32_t d : demo) record(uint32_t(d), &ids);
+    ids.push_back(key);
+    ids.push_back(v.sep);
+    p.value_pos = p.key_pos + 2;
+    p.residue = int32_t(p.value_pos % P);
+    PKV_ASSERT(ids.size() == L.length);
+    PKV_ASSERT(L.length - 1 - p.value_pos >= L.min_distance);
+    probes.push_back(std::move(p));
+  }
+  *out = std::move(probes);
+  return Status::Ok();
+}
+
+// ---- the run -------------------------------------------------------------------------------
+
+namespace {
+
+uint32_t lcm_u(uint32_t a, uint32_t b) { return a / std::gcd(a, b) * b; }
+
+struct ScoredCluster {
+  std::vector<Probe> probes;
+};
+
+}  // namespace
+
+Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult* out) {
+  using clock = std::chrono::steady_clock;
+  const auto t_start = clock::now();
+  SelftestResult r;
+  // Period: lcm of the compressed strides, an override, or a scan sweep.
+  uint32_t P = 1;
+  for (const AttentionMemory& m : model.spec().layers) {
+    if (m.kind == MemoryKind::Compressed) {
+      if (std::find(r.strides.begin(), r.strides.end(), m.stride) == r.strides.end()) r.strides.push_back(m.stride);
+      P = lcm_u(P, m.stride);
+      if (P > 4096) return make_error(StatusCode::kUnsupported, "the strides' lcm exceeds 4096");
+    }
+    if (m.kind != MemoryKind::Full) r.max_local = std::max(r.max_local, m.local);
+  }
+  std::sort(r.strides.begin(), r.strides.end());
+  if (o.period > 0) {
+    P = uint32_t(o.period);
+    r.period_source = "override";
+  } else if (r.strides.empty()) {
+    P = 16;  // no compressed layer: sweep 16 shifts and scan the periods dividing 16
+    r.period_source = "scan";
+  } else {
+    r.period_source = "strides";
+  }
+  if (P < 2)
+    return make_error(StatusCode::kInvalidArgument,
+                      "period %u: every position has the same residue, there is nothing to sweep (strides %s)", P,
+                      r.strides.empty() ? "none" : "all 1");
+  if (P > 256) return make_error(StatusCode::kInvalidArgument, "period %u: at most 256 residues are swept", P);
+  r.period = P;
+  if (!o.outer && !o.in_sequence) return make_error(StatusCode::kInvalidArgument, "no protocol selected");
+
+  const Tokenizer& tok = model.tokenizer();
+  ProbeTemplate tpl;
+  PKV_RETURN_IF_ERROR(parse_template(tok, o.template_text, &tpl));
+  r.t0 = uint32_t(tpl.prefix.size());
+  r.prefix_tokens = uint32_t(tpl.prefix.size());
+  r.suffix_tokens = uint32_t(tpl.suffix.size());
+  ProbeVocab vocab;
+  PKV_RETURN_IF_ERROR(build_probe_vocab(tok, &vocab));
+  if (o.probe_tokens > model.config().max_positions)
+    return make_error(StatusCode::kInvalidArgument, "probe length %u exceeds the model's max_positions %u",
+                      o.probe_tokens, model.config().max_positions);
+
+  ContextParams cp;
+  cp.n_ctx = o.probe_tokens;
+  cp.n_batch = o.n_batch;
+  cp.n_threads = o.n_threads;
+  std::unique_ptr<Context> ctx;
+  PKV_RETURN_IF_ERROR(Context::create(model, cp, &ctx));
+  r.kernels = ctx->kernels_name();
+
+  std::vector<Protocol> protos;
+  if (o.outer) protos.push_back(Protocol::Outer);
+  if (o.in_sequence) protos.push_back(Protocol::InSequence);
+  ProbeLayout layout;
+  layout.period = P;
+  layout.length = o.probe_tokens;
+  layout.min_distance = r.max_local + P + 4;
+
+  // Clusters per stage: --samples, or what the budget allows after timing one probe.
+  int32_t C = o.samples > 0 ? o.samples : 16;
+  if (o.samples <= 0 && o.budget_s > 0) {
+    layout.protocol = protos[0];
+    std::vector<Probe> cal;
+    PKV_RETURN_IF_ERROR(make_cluster(tpl, vocab, layout, o.seed, 0, &cal));
+    const auto t0 = clock::now();
+    ctx->reset();
+    PKV_RETURN_IF_ERROR(ctx->prefill(cal[0].ids.data(), cal[0].ids.size()));
+    const double per_probe = std::chrono::duration<double>(clock::now() - t0).count();
+    const double probes = o.budget_s / std::max(per_probe, 1e-3);
+    C = int32_t(probes / (2.0 * double(protos.size()) * P));
+    if (C < 4)
+      return make_error(StatusCode::kInvalidArgument,
+                        "a budget of %.0f s allows %d samples per stage (one probe takes %.2f s); at least 4 are "
+                        "needed: raise --budget or shorten the probes",
+                        o.budget_s, C, per_probe);
+    C = std::min(C, 256);
+  }
+  if (C < 4) return make_error(StatusCode::kInvalidArgument, "%d samples per stage: at least 4 are needed", C);
+
+  // Every probe is built and checked before the loop.
+  std::vector<std::vector<ScoredCluster>> clusters(protos.size());
+  for (size_t pi = 0; pi < protos.size(); ++pi) {
+    layout.protocol = protos[pi];
+    clusters[pi].resize(size_t(2 * C));
+    for (int32_t c = 0; c < 2 * C; ++c) {
+      PKV_RETURN_IF_ERROR(make_cluster(tpl, vocab, layout, o.seed, c, &clusters[pi][size_t(c)].probes));
+      for (const Probe& p : clusters[pi][size_t(c)].probes) {
+        std::string text;
+        std::vector<int32_t> again;
+        PKV_RETURN_IF_ERROR(tok.decode(p.ids, &text));
+        PKV_RETURN_IF_ERROR(tok.encode(text, true, &again));
+        if (again != p.ids) {
+          size_t at = 0;
+          while (at < again.size() && at < p.ids.size() && again[at] == p.ids[at]) ++at;
+          return make_error(StatusCode::kInvalidArgument,
+                            "a probe does not re-tokenize to its own ids (first difference at token %zu, template "
+                            "prefix %zu tokens): the template text next to the slot merges with the probe",
+                            at, tpl.prefix.size());
+        }
+      }
+    }
+  }
+
+  // Results and snapshot buffers, planned before the loop.
+  for (Protocol pr : protos) {
+    ProtocolResult pres;
+    pres.protocol = pr;
+    pres.clusters = C;
+    for (selftest::Observations* ob : {&pres.stage1, &pres.stage2}) {
+      ob->hit = selftest::ClusterMatrix::zeros(C, int32_t(P));
+      ob->nll = selftest::ClusterMatrix::zeros(C, int32_t(P));
+    }
+    r.protocols.push_back(std::move(pres));
+  }
+  std::vector<uint8_t> shared_state(size_t(ctx->planned_bytes()));
+  const int32_t vocab_n = int32_t(model.config().vocab_size);
+  SelftestProgress prog;
+  prog.total = int64_t(protos.size()) * 2 * C * P;
+  const auto t_loop = clock::now();
+
+  // The probe loop: prefill the shared prefix once per cluster, snapshot, and for each shift
+  // restore and prefill only the rest. No allocation from here on.
+  for (size_t pi = 0; pi < protos.size(); ++pi) {
+    ProtocolResult& pres = r.protocols[pi];
+    for (int32_t c = 0; c < 2 * C; ++c) {
+      selftest::Observations& ob = c < C ? pres.stage1 : pres.stage2;
+      const int32_t row = c < C ? c : c - C;
+      const std::vector<Probe>& probes = clusters[pi][size_t(c)].probes;
+      const uint32_t shared = probes[0].shared;
+      ctx->reset();
+      size_t snap_bytes = 0;
+      if (shared > 0) {
+        PKV_RETURN_IF_ERROR(ctx->prefill(probes[0].ids.data(), shared));
+        PKV_RETURN_IF_ERROR(ctx->snapshot(shared_state.data(), shared_state.size(), &snap_bytes));
+        r.prefill_tokens += shared;
+      }
+      for (size_t k = 0; k < probes.size(); ++k) {
+        const Probe& p = probes[k];
+        if (shared > 0) {
+          if (k > 0) PKV_RETURN_IF_ERROR(ctx->restore(shared_state.data(), snap_bytes));
+        } else {
+          ctx->reset();
+        }
+        PKV_RETURN_IF_ERROR(ctx->prefill(p.ids.data() + shared, p.ids.size() - shared));
+        r.prefill_tokens += int64_t(p.ids.size() - shared);
+        r.naive_prefill_tokens += int64_t(p.ids.size());
+        // Teacher-forced gold value: NLL and greedy hit (the gold is the argmax).
+        const float* lg = ctx->logits();
+        float mx = lg[0];
+        int32_t best = 0;
+        for (int32_t i = 1; i < vocab_n; ++i)
+          if (lg[i] > mx) {
+            mx = lg[i];
+            best = i;
+          }
+        double sum = 0;
+        for (int32_t i = 0; i < vocab_n; ++i) sum += std::exp(double(lg[i]) - double(mx));
+        ob.nll.at(row, p.residue) = std::log(sum) - (double(lg[p.gold]) - double(mx));
+        ob.hit.at(row, p.residue) = best == p.gold ? 1.0 : 0.0;
+        ++r.probes;
+        if (o.progress) {
+          prog.done = r.probes;
+          prog.elapsed_s = std::chrono::duration<double>(clock::now() - t_loop).count();
+          prog.eta_s = prog.elapsed_s / double(prog.done) * double(prog.total - prog.done);
+          static const char* const kPhase[2][2] = {{"outer, stage 1", "outer, stage 2"},
+                                                   {"in-sequence, stage 1", "in-sequence, stage 2"}};
+          prog.phase = kPhase[protos[pi] == Protocol::Outer ? 0 : 1][c < C ? 0 : 1];
+          o.progress(prog);
+        }
+      }
+    }
+  }
+
+  // Statistics per protocol; each protocol's confirmation runs at alpha / #protocols so the
+  // union of flags keeps the run's false-alarm probability <= alpha.
+  selftest::FlagParams fp;
+  fp.alpha = o.alpha / double(protos.size());
+  fp.margin = o.delta;
+  fp.screen_deficit = o.delta / 2;
+  for (ProtocolResult& pres : r.protocols) {
+    selftest::Observations pooled;
+    pooled.hit = selftest::ClusterMatrix::zeros(2 * C, int32_t(P));
+    pooled.nll = selftest::ClusterMatrix::zeros(2 * C, int32_t(P));
+    for (int32_t c = 0; c < 2 * C; ++c)
+      for (uint32_t j = 0; j < P; ++j) {
+        const selftest::Observations& s = c < C ? pres.stage1 : pres.stage2;
+        pooled.hit.at(c, int32_t(j)) = s.hit.at(c % C, int32_t(j));
+        pooled.nll.at(c, int32_t(j)) = s.nll.at(c % C, int32_t(j));
+      }
+    selftest::SummaryParams sp;
+    sp.bootstrap.seed = o.seed;
+    pres.summary = selftest::summarize(pooled, sp);
+    pres.screening = selftest::screen(pres.stage1, fp);
+    pres.confirmation = selftest::confirm(pres.stage2, pres.screening.candidates, fp);
+    pres.flagged = pres.confirmation.flagged;
+    selftest::PeriodScanParams ps;
+    ps.max_period = int32_t(P);
+    ps.seed = o.seed;
+    ps.detrend = false;
+    ps.alpha = o.alpha;
+    pres.period_scan = selftest::period_scan(pooled.hit, ps);
+    for (int32_t f : pres.flagged)
+      if (std::find(r.flagged.begin(), r.flagged.end(), f) == r.flagged.end()) r.flagged.push_back(f);
+  }
+  std::sort(r.flagged.begin(), r.flagged.end());
+  r.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
+  *out = std::move(r);
+  return Status::Ok();
+}
+
+}  // namespace phasekv

@@ -1,0 +1,441 @@
+// phasekv selftest -m MODEL [--template FILE | --chat] [--ctx N] [--samples N | --budget T]
+//                  [--seed S] [--json FILE] [--html FILE] [--control] [--gate-min-acc A] [--gate-max-gap G]
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "context.h"
+#include "selftest.h"
+#include "selftest_html.h"
+
+namespace phasekv {
+namespace tools {
+
+namespace {
+
+using json = nlohmann::json;
+constexpr int kExitGateFailed = 3;
+
+struct SelftestArgs {
+  std::string model;
+  std::string template_file;
+  bool chat = false;
+  uint32_t ctx = 512;
+  int32_t samples = 0;
+  std::string budget;
+  uint64_t seed = 1;
+  int32_t period = 0;
+  std::string protocol = "both";
+  double delta = 0.10, alpha = 0.05;
+  double gate_min_acc = -1, gate_max_gap = -1;
+  bool control = false;
+  int threads = 0;
+  uint32_t batch = 256;
+  std::string json_path, html_path;
+  bool quiet = false;
+};
+
+Status sha256_file(const std::string& path, std::string* hex) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return make_error(StatusCode::kIoError, "cannot read '%s' to hash it", path.c_str());
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> md(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  if (!md || EVP_DigestInit_ex(md.get(), EVP_sha256(), nullptr) != 1)
+    return make_error(StatusCode::kInternal, "SHA-256 is not available");
+  std::vector<char> buf(1 << 20);
+  while (f) {
+    f.read(buf.data(), std::streamsize(buf.size()));
+    if (f.gcount() > 0) EVP_DigestUpdate(md.get(), buf.data(), size_t(f.gcount()));
+  }
+  unsigned char out[32];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(md.get(), out, &n);
+  static const char* const kHex = "0123456789abcdef";
+  hex->clear();
+  for (unsigned i = 0; i < n; ++i) {
+    *hex += kHex[out[i] >> 4];
+    *hex += kHex[out[i] & 15];
+  }
+  return Status::Ok();
+}
+
+std::string sha256_text(const std::string& text) {
+  unsigned char out[32];
+  unsigned int n = 0;
+  EVP_Digest(text.data(), text.size(), out, &n, EVP_sha256(), nullptr);
+  static const char* const kHex = "0123456789abcdef";
+  std::string hex;
+  for (unsigned i = 0; i < n; ++i) {
+    hex += kHex[out[i] >> 4];
+    hex += kHex[out[i] & 15];
+  }
+  return hex;
+}
+
+// "90", "90s", "10m", "1h" -> seconds.
+bool parse_duration(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || !(v > 0) || !std::isfinite(v)) return false;
+  const std::string unit = end;
+  if (unit.empty() || unit == "s") *out = v;
+  else if (unit == "m" || unit == "min") *out = v * 60;
+  else if (unit == "h") *out = v * 3600;
+  else return false;
+  return true;
+}
+
+std::vector<std::string> memory_runs(const ModelSpec& spec) {
+  std::vector<std::string> out;
+  const auto& L = spec.layers;
+  for (size_t i = 0; i < L.size();) {
+    size_t j = i;
+    while (j + 1 < L.size() && L[j + 1] == L[i]) ++j;
+    out.push_back((i == j ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j)) + ": " +
+                  L[i].describe());
+    i = j + 1;
+  }
+  return out;
+}
+
+json protocol_json(const ProtocolResult& p) {
+  const selftest::Summary& s = p.summary;
+  json rows = json::array();
+  const int32_t P = s.n_residues;
+  for (int32_t r = 0; r < P; ++r) {
+    const selftest::ResidueRow& row = s.residues[size_t(r)];
+    int hits = 0;
+    for (const selftest::Observations* ob : {&p.stage1, &p.stage2})
+      for (int32_t c = 0; c < ob->hit.n_clusters; ++c) hits += int(ob->hit.at(c, r));
+    const bool flagged = std::find(p.flagged.begin(), p.flagged.end(), r) != p.flagged.end();
+    rows.push_back({{"r", r}, {"n", s.n_clusters}, {"hits", hits}, {"accuracy", row.accuracy},
+                    {"ci", {row.accuracy_ci.lo, row.accuracy_ci.hi}}, {"nll", row.nll},
+                    {"nll_excess", row.nll_excess}, {"loo_z", row.hit_test.z}, {"loo_p", row.hit_test.p},
+                    {"holm_p", row.hit_holm_p}, {"flagged", flagged}});
+  }
+  json cands = json::array();
+  for (const selftest::PeriodCandidate& c : p.period_scan.candidates)
+    cands.push_back({{"period", c.period}, {"power", c.power}, {"p", c.p}});
+  return {{"clusters", p.clusters},
+          {"probes", int64_t(2) * p.clusters * P},
+          {"residues", rows},
+          {"summary",
+           {{"mean_accuracy", s.mean_accuracy},
+            {"mean_ci", {s.mean_bootstrap.ci.lo, s.mean_bootstrap.ci.hi}},
+            {"min_accuracy", s.worst.naive_min},
+            {"argmin", s.worst.naive_argmin},
+            {"min_accuracy_split", s.worst.split_min},
+            {"gap", s.gap.gap},
+            {"gap_null", s.gap.expected_null_gap},
+            {"sd", s.gap.sd},
+            {"gap_rel", s.gap.relative_gap},
+            {"cochran_p", s.cochran.p},
+            {"mde", s.mde},
+            {"icc", s.icc}}},
+          {"period_scan",
+           {{"detected", p.period_scan.detected}, {"period", p.period_scan.period}, {"p", p.period_scan.scan_p},
+            {"candidates", cands}}},
+          {"flagged", p.flagged}};
+}
+
+json protocols_json(const SelftestResult& r) {
+  json j = json::object();
+  for (const ProtocolResult& p : r.protocols) j[protocol_name(p.protocol)] = protocol_json(p);
+  return j;
+}
+
+double mean_over_protocols(const SelftestResult& r) {
+  double m = 0;
+  for (const ProtocolResult& p : r.protocols) m += p.summary.mean_accuracy;
+  return r.protocols.empty() ? 0 : m / double(r.protocols.size());
+}
+
+void print_table(const SelftestResult& r) {
+  for (const ProtocolResult& p : r.protocols) {
+    const selftest::Summary& s = p.summary;
+    std::printf("\n%s padding: %d samples x %u residues x 2 stages\n", protocol_name(p.protocol), p.clusters,
+                r.period);
+    std::printf("  r   A_r    95%% CI          %-30s NLL    flag\n", "");
+    for (int32_t i = 0; i < s.n_residues; ++i) {
+      const selftest::ResidueRow& row = s.residues[size_t(i)];
+      const bool flagged = std::find(p.flagged.begin(), p.flagged.end(), i) != p.flagged.end();
+      const int bar = int(std::lround(row.accuracy * 30));
+      std::printf("  %-3d %5.3f  [%5.3f, %5.3f]  %s%s  %5.2f  %s\n", i, row.accuracy, row.accuracy_ci.lo,
+                  row.accuracy_ci.hi, std::string(size_t(bar), '#').c_str(),
+                  std::string(size_t(30 - bar), '.').c_str(), row.nll, flagged ? "WEAK" : "");
+    }
+    std::printf("  mean %.3f [%.3f, %.3f]  min %.3f at r=%d (split-sample %.3f)  gap %.3f (noise alone ~%.3f)  "
+                "sd %.3f  MDE %.3f\n",
+                s.mean_accuracy, s.mean_bootstrap.ci.lo, s.mean_bootstrap.ci.hi, s.worst.naive_min,
+                s.worst.naive_argmin, s.worst.split_min, s.gap.gap, s.gap.expected_null_gap, s.gap.sd, s.mde);
+  }
+}
+
+int run_selftest_cmd(const SelftestArgs& a) {
+  const char* cmd = "selftest";
+  double budget = 0;
+  if (!a.budget.empty() && !parse_duration(a.budget, &budget))
+    return report(cmd, make_error(StatusCode::kInvalidArgument, "--budget '%s' is not a duration (90s, 10m, 1h)",
+                                  a.budget.c_str()));
+  if (a.period == 1)
+    return report(cmd, make_error(StatusCode::kInvalidArgument,
+                                  "--period 1: every position has the same residue, there is nothing to sweep"));
+  std::unique_ptr<Model> model;
+  Status s = Model::load(a.model, &model);
+  if (!s.ok()) return report(cmd, s);
+
+  SelftestOptions o;
+  if (a.chat) {
+    s = chat_probe_template(*model, &o.template_text);
+    if (!s.ok()) return report(cmd, s);
+    o.template_label = "chat";
+  } else if (!a.template_file.empty()) {
+    std::ifstream f(a.template_file, std::ios::binary);
+    if (!f) return report(cmd, make_error(StatusCode::kIoError, "cannot read --template '%s'", a.template_file.c_str()));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    o.template_text = ss.str();
+    o.template_label = a.template_file;
+  }
+  o.probe_tokens = a.ctx;
+  o.samples = a.samples;
+  o.budget_s = budget;
+  o.seed = a.seed;
+  o.period = a.period;
+  o.delta = a.delta;
+  o.alpha = a.alpha;
+  o.outer = a.protocol == "both" || a.protocol == "outer";
+  o.in_sequence = a.protocol == "both" || a.protocol == "in_sequence";
+  o.n_threads = a.threads > 0 ? a.threads : default_context_params().n_threads;
+  o.n_batch = a.batch;
+  const bool tty = !a.quiet;
+  std::string label = "compressed";
+  const bool is_tty = isatty(2) != 0;
+  if (tty)
+    o.progress = [&label, is_tty](const SelftestProgress& p) {
+      // On a terminal, redraw one line; in a log, a line every 10 %.
+      if (!is_tty && p.done != p.total && (p.done * 10 / p.total) == ((p.done - 1) * 10 / p.total)) return;
+      const int width = 30, fill = int(double(width) * double(p.done) / double(std::max<int64_t>(p.total, 1)));
+      std::fprintf(stderr, "%s  %-10s [%s%s] %lld/%lld probes  %-22s ETA %4.0f s ", is_tty ? "\r" : "", label.c_str(),
+                   std::string(size_t(fill), '#').c_str(), std::string(size_t(width - fill), '.').c_str(),
+                   (long long)p.done, (long long)p.total, p.phase, p.eta_s);
+      if (p.done == p.total || !is_tty) std::fprintf(stderr, "\n");
+    };
+  SelftestResult res;
+  s = run_selftest(*model, o, &res);
+  if (!s.ok()) return report(cmd, s);
+
+  SelftestResult ctl;
+  bool have_control = false;
+  std::unique_ptr<Model> twin;
+  if (a.control) {
+    Model::LoadOptions lo;
+    lo.full_attention = true;
+    s = Model::load(a.model, lo, &twin);
+    if (!s.ok()) return report(cmd, s.with_context("--control"));
+    SelftestOptions oc = o;
+    oc.period = int32_t(res.period);  // the same sweep as the compressed run
+    label = "full KV";
+    s = run_selftest(*twin, oc, &ctl);
+    if (!s.ok()) return report(cmd, s.with_context("--control"));
+    have_control = true;
+  }
+
+  std::string model_hash;
+  s = sha256_file(a.model, &model_hash);
+  if (!s.ok()) return report(cmd, s);
+  json j;
+  j["schema"] = "phasekv-selftest/1";
+  j["phasekv_version"] = "0.1.0";
+  j["inputs"] = {{"model", a.model},
+                 {"model_sha256", model_hash},
+                 {"template", o.template_label},
+                 {"template_sha256", sha256_text(o.template_text)},
+                 {"n_ctx", a.ctx},
+                 {"samples_per_stage", res.protocols.empty() ? 0 : res.protocols[0].clusters},
+                 {"budget_s", budget > 0 ? json(budget) : json(nullptr)},
+                 {"seed", a.seed},
+                 {"period_override", a.period > 0 ? json(a.period) : json(nullptr)},
+                 {"delta", a.delta},
+                 {"alpha", a.alpha},
+                 {"threads", o.n_threads},
+                 {"kernels", res.kernels},
+                 {"gate_min_acc", a.gate_min_acc >= 0 ? json(a.gate_min_acc) : json(nullptr)},
+                 {"gate_max_gap", a.gate_max_gap >= 0 ? json(a.gate_max_gap) : json(nullptr)},
+                 {"control", a.control}};
+  j["model"] = {{"n_layers", model->config().n_layers},
+                {"memories", memory_runs(model->spec())},
+                {"strides", res.strides},
+                {"max_local", res.max_local}};
+  j["period"] = res.period;
+  j["period_source"] = res.period_source;
+
+  // Template map: content offset k (from the slot start) lands on residue (t0 + k) mod P.
+  const uint32_t P = res.period;
+  std::vector<double> acc(P, 0.0);
+  for (const ProtocolResult& p : res.protocols)
+    for (uint32_t r = 0; r < P; ++r) acc[r] += p.summary.residues[r].accuracy / double(res.protocols.size());
+  uint32_t best = 0;
+  for (uint32_t r = 1; r < P; ++r)
+    if (acc[r] > acc[best]) best = r;
+  json map = json::array();
+  std::vector<std::string> advice;
+  for (uint32_t k = 0; k < P; ++k) {
+    const uint32_t r = (res.t0 + k) % P;
+    const bool weak = std::find(res.flagged.begin(), res.flagged.end(), int32_t(r)) != res.flagged.end();
+    map.push_back({{"offset", k}, {"residue", r}, {"weak", weak}, {"accuracy", acc[r]}});
+    if (weak) {
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "Content tokens at offsets = %u (mod %u) from the slot start land on weak residue %u.", k, P, r);
+      advice.push_back(line);
+    }
+  }
+  const uint32_t pad = (best + P - res.t0 % P) % P;
+  {
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "The slot starts at token %u (phase %u). Adding %u neutral token%s before the slot moves its start "
+                  "to the strongest residue %u.",
+                  res.t0, res.t0 % P, pad, pad == 1 ? "" : "s", best);
+    advice.push_back(line);
+    if (!res.flagged.empty())
+      advice.push_back("Repeat critical facts at complementary phases (shifted by a few tokens), so that no single "
+                       "residue carries them.");
+  }
+  j["template"] = {{"t0", res.t0},
+                   {"phase", res.t0 % P},
+                   {"prefix_tokens", res.prefix_tokens},
+                   {"suffix_tokens", res.suffix_tokens},
+                   {"map", map},
+                   {"advice", {{"strongest_residue", best}, {"pad_tokens_before_slot", pad}, {"text", advice}}}};
+  j["protocols"] = protocols_json(res);
+  j["flagged"] = res.flagged;
+  if (have_control) {
+    j["control"] = {{"memories", memory_runs(twin->spec())},
+                    {"protocols", protocols_json(ctl)},
+                    {"flagged", ctl.flagged},
+                    {"compression_gap", mean_over_protocols(ctl) - mean_over_protocols(res)}};
+  } else {
+    j["control"] = nullptr;
+  }
+  // Gates.
+  double min_acc = 1.0, max_gap = 0.0;
+  for (const ProtocolResult& p : res.protocols) {
+    min_acc = std::min(min_acc, p.summary.worst.naive_min);
+    max_gap = std::max(max_gap, p.summary.gap.gap);
+  }
+  json checks = json::array();
+  bool pass = true;
+  if (a.gate_min_acc >= 0) {
+    const bool ok = min_acc >= a.gate_min_acc;
+    checks.push_back({{"name", "min_acc"}, {"threshold", a.gate_min_acc}, {"value", min_acc}, {"pass", ok}});
+    pass &= ok;
+  }
+  if (a.gate_max_gap >= 0) {
+    const bool ok = max_gap <= a.gate_max_gap;
+    checks.push_back({{"name", "max_gap"}, {"threshold", a.gate_max_gap}, {"value", max_gap}, {"pass", ok}});
+    pass &= ok;
+  }
+  j["gates"] = {{"pass", pass}, {"checks", checks}};
+  const double total_s = res.seconds + (have_control ? ctl.seconds : 0.0);
+  const int64_t probes = res.probes + (have_control ? ctl.probes : 0);
+  j["timings"] = {{"total_s", total_s},
+                  {"prefill_tokens", res.prefill_tokens + (have_control ? ctl.prefill_tokens : 0)},
+                  {"naive_prefill_tokens", res.naive_prefill_tokens + (have_control ? ctl.naive_prefill_tokens : 0)},
+                  {"probes", probes},
+                  {"probes_per_s", total_s > 0 ? double(probes) / total_s : 0.0}};
+
+  // Terminal report.
+  std::printf("phase self-test: %s\n", a.model.c_str());
+  for (const std::string& m : memory_runs(model->spec())) std::printf("  layers %s\n", m.c_str());
+  std::printf("  period P = %u (%s); template %s: slot at token %u, phase %u\n", P, res.period_source.c_str(),
+              o.template_label.c_str(), res.t0, res.t0 % P);
+  print_table(res);
+  if (have_control) {
+    std::printf("\ncontrol (full-attention twin):");
+    print_table(ctl);
+    std::printf("  compression costs %.3f of mean accuracy; control flags: %s\n",
+                mean_over_protocols(ctl) - mean_over_protocols(res), ctl.flagged.empty() ? "none" : "SOME");
+  }
+  std::printf("\nweak residues: ");
+  if (res.flagged.empty()) std::printf("none");
+  for (int32_t f : res.flagged) std::printf("%d ", f);
+  std::printf("(false-alarm probability per run <= %.2f, margin %.0f pp)\n", a.alpha, a.delta * 100);
+  for (const std::string& line : advice) std::printf("  %s\n", line.c_str());
+  std::printf("%lld probes in %.1f s; prefilled %lld tokens instead of %lld\n", (long long)probes, total_s,
+              (long long)(res.prefill_tokens + (have_control ? ctl.prefill_tokens : 0)),
+              (long long)(res.naive_prefill_tokens + (have_control ? ctl.naive_prefill_tokens : 0)));
+  for (const json& c : checks)
+    std::printf("gate %s: %s (value %.3f, threshold %.3f)\n", c["name"].get<std::string>().c_str(),
+                c["pass"].get<bool>() ? "pass" : "FAIL", c["value"].get<double>(), c["threshold"].get<double>());
+
+  if (!a.json_path.empty()) {
+    std::ofstream f(a.json_path);
+    f << j.dump(2) << "\n";
+    if (!f) return report(cmd, make_error(StatusCode::kIoError, "cannot write --json '%s'", a.json_path.c_str()));
+  }
+  if (!a.html_path.empty()) {
+    std::ofstream f(a.html_path);
+    f << render_selftest_html(j);
+    if (!f) return report(cmd, make_error(StatusCode::kIoError, "cannot write --html '%s'", a.html_path.c_str()));
+  }
+  return pass ? kExitOk : kExitGateFailed;
+}
+
+}  // namespace
+
+void register_selftest(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<SelftestArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "selftest", "Phase self-test: per-residue retrieval accuracy through the deployed template, weak residues, "
+                  "a release gate (exit 3 when a gate fails)");
+  cmd->add_option("-m,--model", a->model, "PhaseKV model file (.pkv)")->required();
+  auto* tf = cmd->add_option("--template", a->template_file,
+                             "Template file with exactly one {{content}} slot (special tokens written literally); "
+                             "default: the bare slot");
+  auto* ch = cmd->add_flag("--chat", a->chat, "Use the model's chat template with the probe as the user message");
+  tf->excludes(ch);
+  cmd->add_option("-c,--ctx", a->ctx, "Tokens per probe (the context the self-test plans)")
+      ->default_val(512)
+      ->check(CLI::Range(16u, 1u << 20));
+  auto* sm = cmd->add_option("--samples", a->samples, "Samples (clusters) per stage and protocol (default 16)")
+                 ->check(CLI::Range(4, 100000));
+  auto* bu = cmd->add_option("--budget", a->budget, "Time budget instead of --samples, e.g. 90s, 10m");
+  sm->excludes(bu);
+  cmd->add_option("--seed", a->seed, "Seed of the probe content")->default_val(1);
+  cmd->add_option("--period", a->period, "Override the period P (default: lcm of the compressed strides)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--protocol", a->protocol, "outer, in_sequence or both")
+      ->default_val("both")
+      ->check(CLI::IsMember({"outer", "in_sequence", "both"}));
+  cmd->add_option("--delta", a->delta, "Practical margin of a weak residue, in accuracy")
+      ->default_val(0.10)
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--alpha", a->alpha, "False-alarm probability per run")->default_val(0.05)->check(CLI::Range(1e-6, 0.5));
+  cmd->add_option("--gate-min-acc", a->gate_min_acc, "Fail (exit 3) when any residue's accuracy is below this")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--gate-max-gap", a->gate_max_gap, "Fail (exit 3) when max - min accuracy exceeds this")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--control", a->control, "Also run the full-attention twin and report the gap compression adds");
+  cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
+  cmd->add_option("-b,--batch", a->batch, "Prefill chunk")->default_val(256)->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("--json", a->json_path, "Write the JSON report (schema docs/selftest.schema.json)");
+  cmd->add_option("--html", a->html_path, "Write a self-contained HTML report");
+  cmd->add_flag("-q,--quiet", a->quiet, "No progress bar");
+  cmd->callback([a, exit_code] { *exit_code = run_selftest_cmd(*a); });
+}
+
+}  // namespace tools
+}  // namespace phasekv
