@@ -183,7 +183,10 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
     ids->push_back(v.newline);
   };
   const int32_t key = v.keys[size_t(ki[target])], gold = v.values[size_t(vi[target])];
-  const uint32_t base = uint32_t(cluster) % P;
+  // Value position at shift 0; the first shift puts the value on residue (cluster mod P), so
+  // over any P consecutive samples every residue's mean target position is the same.
+  const uint32_t pos0 = uint32_t(t.prefix.size()) + extra + kRecord * target + 2;
+  const uint32_t base = (uint32_t(cluster) % P + P - pos0 % P) % P;
   std::vector<Probe> probes;
   for (uint32_t k = 0; k < P; ++k) {
     const uint32_t s = base + k;

@@ -77,8 +77,10 @@ struct ProbeLayout {
   Protocol protocol = Protocol::InSequence;
 };
 
-// The P probes of logical sample `cluster` (shifts s = b..b+P-1, b = cluster mod P, so every
-// residue is visited once and the mean target position is the same for every residue).
+// The P probes of logical sample `cluster`: shifts s = b..b+P-1 (every residue once), b in
+// [0, P) chosen so that shift b puts the target value on residue (cluster mod P). Over any P
+// consecutive samples each residue's mean target position is then the same: position(r) =
+// base + ((r - cluster) mod P), and the second term sums to P(P-1)/2 for every r.
 // Deterministic for (seed, cluster).
 Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayout& layout, uint64_t seed,
                     int32_t cluster, std::vector<Probe>* out);

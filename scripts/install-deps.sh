@@ -13,6 +13,7 @@ PKGS=(
   libcli11-dev                              # the phasekv command line
   nlohmann-json3-dev                        # --json output of the tools, safetensors headers
   libssl-dev                                # SHA-256 of model and template in self-test reports (tools only)
+  chromium                                  # tests only: screenshots the self-test's HTML report headless
 )
 
 missing=()
@@ -37,13 +38,14 @@ if [ "${1:-}" = "--python" ]; then
   CACHE="${PHASEKV_CACHE:-$HOME/.cache/phasekv}"
   VENV="$CACHE/venv"
   # pyenv's python3 cannot see Debian's python3-* modules, so the test tooling lives in its own venv.
-  if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import gguf, numpy, tokenizers' 2>/dev/null; then
+  if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import gguf, numpy, tokenizers, jsonschema' 2>/dev/null; then
     echo "[install-deps] creating Python venv in $VENV"
     mkdir -p "$CACHE"
     PY=python3
     command -v "$PY" >/dev/null || PY=/usr/bin/python3
     "$PY" -m venv "$VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check "numpy>=1.24" "gguf==0.19.0" "tokenizers==0.23.3"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "numpy>=1.24" "gguf==0.19.0" "tokenizers==0.23.3" \
+      "jsonschema==4.26.0"
   else
     echo "[install-deps] Python venv present: $VENV"
   fi

@@ -46,6 +46,16 @@ struct SelftestArgs {
   bool quiet = false;
 };
 
+std::string to_hex(const unsigned char* b, unsigned n) {
+  static const char* const kHex = "0123456789abcdef";
+  std::string hex;
+  for (unsigned i = 0; i < n; ++i) {
+    hex += kHex[b[i] >> 4];
+    hex += kHex[b[i] & 15];
+  }
+  return hex;
+}
+
 Status sha256_file(const std::string& path, std::string* hex) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return make_error(StatusCode::kIoError, "cannot read '%s' to hash it", path.c_str());
@@ -60,12 +70,7 @@ Status sha256_file(const std::string& path, std::string* hex) {
   unsigned char out[32];
   unsigned int n = 0;
   EVP_DigestFinal_ex(md.get(), out, &n);
-  static const char* const kHex = "0123456789abcdef";
-  hex->clear();
-  for (unsigned i = 0; i < n; ++i) {
-    *hex += kHex[out[i] >> 4];
-    *hex += kHex[out[i] & 15];
-  }
+  *hex = to_hex(out, n);
   return Status::Ok();
 }
 
@@ -73,13 +78,7 @@ std::string sha256_text(const std::string& text) {
   unsigned char out[32];
   unsigned int n = 0;
   EVP_Digest(text.data(), text.size(), out, &n, EVP_sha256(), nullptr);
-  static const char* const kHex = "0123456789abcdef";
-  std::string hex;
-  for (unsigned i = 0; i < n; ++i) {
-    hex += kHex[out[i] >> 4];
-    hex += kHex[out[i] & 15];
-  }
-  return hex;
+  return to_hex(out, n);
 }
 
 // "90", "90s", "10m", "1h" -> seconds.

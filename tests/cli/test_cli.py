@@ -91,7 +91,55 @@ def run_checks(a):
     rc, out, err = run(["run", "-m", smol, "-p", "The capital of France is", "-n", "2", "--greedy", "-c", "64",
                         "--budget", "64MiB"])
     check(rc == 0, "run inside its budget: " + err)
+    selftest_checks(a, smol)
     os.remove(smol)
+
+
+def selftest_checks(a, smol):
+    """The self-test end to end on a small design: exit codes, JSON schema, HTML in Chromium."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    tpl = os.path.join(a.tmp, "tpl_%d.txt" % os.getpid())
+    rj = os.path.join(a.tmp, "selftest_%d.json" % os.getpid())
+    rh = os.path.join(a.tmp, "selftest_%d.html" % os.getpid())
+    with open(tpl, "w") as f:
+        f.write("<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n")
+    base = ["selftest", "-m", smol, "--ctx", "96", "--samples", "4", "--period", "4", "-t", "2", "-q"]
+    rc, out, err = run(base + ["--template", tpl, "--json", rj, "--html", rh, "--gate-max-gap", "1.0"])
+    check(rc == 0 and "in_sequence padding" in out and "outer padding" in out, "selftest runs: " + out + err)
+    if rc == 0:
+        j = json.load(open(rj))
+        check(j["period"] == 4 and j["template"]["t0"] == 3 and j["template"]["phase"] == 3, "selftest JSON basics")
+        check(j["timings"]["prefill_tokens"] < j["timings"]["naive_prefill_tokens"], "shared prefixes are reused")
+        rc2 = subprocess.run([sys.executable, os.path.join(here, "test_selftest_report.py"), "--schema",
+                              os.path.join(here, "..", "..", "docs", "selftest.schema.json"), "--report", rj,
+                              "--html", rh, "--out-dir", a.tmp], capture_output=True, text=True)
+        if rc2.returncode == 77:
+            print("skipped: HTML screenshot (" + rc2.stdout.strip() + ")")
+        check(rc2.returncode in (0, 77), "report validates and renders: " + rc2.stdout[-2000:] + rc2.stderr[-2000:])
+    # A gate that must fail: exit 3.
+    rc, out, err = run(base + ["--protocol", "outer", "--gate-min-acc", "1.0"])
+    check(rc == 3 and "gate min_acc: FAIL" in out, "a failing gate exits 3: " + out[-500:] + err)
+    with open(tpl, "w") as f:
+        f.write("no slot")
+    rc, _, err = run(base + ["--template", tpl])
+    check(rc == 2 and "has no {{content}} slot" in err, "template without a slot: " + err)
+    with open(tpl, "w") as f:
+        f.write("{{content}} {{content}}")
+    rc, _, err = run(base + ["--template", tpl])
+    check(rc == 2 and "2 {{content}} slots" in err, "template with two slots: " + err)
+    with open(tpl, "w") as f:
+        f.write("<|im_st{{content}}art|>")
+    rc, _, err = run(base + ["--template", tpl])
+    check(rc == 2 and "inside the special token" in err, "slot inside a special token: " + err)
+    rc, _, err = run(["selftest", "-m", smol, "--ctx", "40", "--samples", "4", "--period", "8", "-q"])
+    check(rc == 2 and "too small" in err, "context too small for the probe design: " + err)
+    rc, _, err = run(["selftest", "-m", smol, "--period", "1", "-q"])
+    check(rc == 2 and "period 1" in err, "period 1: " + err)
+    rc, _, err = run(["selftest", "-m", smol, "--budget", "soon", "-q"])
+    check(rc == 2 and "--budget" in err, "bad budget: " + err)
+    for p in (tpl, rj, rh):
+        if os.path.exists(p):
+            os.remove(p)
 
 
 def main():

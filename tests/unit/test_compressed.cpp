@@ -370,3 +370,40 @@ TEST_CASE("a NaN or infinite gate in a model file is refused at load") {
   std::remove(out.c_str());
   std::remove(st.c_str());
 }
+
+TEST_CASE("compressed memories on SmolLM2: every position's logits equal the numpy reference (rel L2 < 1e-4)") {
+  if (!have_smollm2()) {
+    MESSAGE("skipped: no SmolLM2 GGUF");
+    return;
+  }
+  const std::string dir = data_dir() + "/compressed_smollm2";
+  const nlohmann::json j = load_json_file(dir + "/cases.json");
+  const std::vector<int32_t> ids = j["ids"].get<std::vector<int32_t>>();
+  for (const auto& c : j["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    INFO(name);
+    ImportOptions o;
+    o.kv_specs = c["kv"].get<std::vector<std::string>>();
+    const std::string pkv = tmp_path("smollm2_" + name + ".pkv");
+    REQUIRE(convert_gguf_to_pkv(PHASEKV_TEST_MODEL_PATH, pkv, o).ok());
+    std::unique_ptr<Model> m;
+    REQUIRE(Model::load(pkv, &m).ok());
+    std::remove(pkv.c_str());
+    const std::vector<uint8_t> raw = read_bytes(dir + "/" + c["logits"].get<std::string>());
+    const size_t V = m->config().vocab_size;
+    REQUIRE(raw.size() == ids.size() * V * 4);
+    std::vector<float> ref(raw.size() / 4);
+    std::memcpy(ref.data(), raw.data(), raw.size());
+    const std::vector<float> got = logits_token_by_token(*m, ids);
+    double worst = 0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const double e = rel_l2(got.data() + t * V, ref.data() + t * V, V);
+      worst = std::max(worst, e);
+      CHECK_MESSAGE(e < 1e-4, "position " << t << ": rel L2 " << e);
+    }
+    // And one 41-token prefill in chunks of 16 ends on the same bits as token by token.
+    const std::vector<float> f = final_logits_chunked(*m, ids, 16);
+    CHECK(std::memcmp(f.data(), got.data() + (ids.size() - 1) * V, V * 4) == 0);
+    MESSAGE(name << ": worst rel L2 over " << ids.size() << " positions " << worst);
+  }
+}
