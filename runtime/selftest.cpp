@@ -75,7 +75,7 @@ int32_t single_token(const Tokenizer& tok, const std::string& text) {
 
 }  // namespace
 
-Status build_probe_vocab(const Tokenizer& tok, ProbeVocab* out) {
+Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out) {
   ProbeVocab v;
   v.sep = single_token(tok, " =");
   v.newline = single_token(tok, "\n");
@@ -97,7 +97,8 @@ Status build_probe_vocab(const Tokenizer& tok, ProbeVocab* out) {
   // order (frequency) after skipping the 300 most frequent (function words), alternately keys
   // and values.
   int32_t n = 0, skipped = 0;
-  for (int32_t id = 0; id < tok.n_tokens() && n < 4000; ++id) {
+  per_side = std::max<size_t>(per_side, 64);
+  for (int32_t id = 0; id < tok.n_tokens() && v.values.size() < per_side; ++id) {
     if (tok.is_special(id)) continue;
     std::string s;
     if (!tok.token_bytes(id, &s).ok() || s.size() < 5 || s.size() > 9 || s[0] != ' ') continue;
@@ -111,9 +112,9 @@ Status build_probe_vocab(const Tokenizer& tok, ProbeVocab* out) {
     (n % 2 == 0 ? v.keys : v.values).push_back(id);
     ++n;
   }
-  if (v.keys.size() < 64 || v.values.size() < 64)
-    return make_error(StatusCode::kUnsupported, "the vocabulary has only %zu usable single-token words (128 needed)",
-                      v.keys.size() + v.values.size());
+  if (v.values.size() < per_side)
+    return make_error(StatusCode::kUnsupported, "the vocabulary has only %zu usable single-token words (%zu needed)",
+                      v.keys.size() + v.values.size(), 2 * per_side);
   *out = std::move(v);
   return Status::Ok();
 }
@@ -144,10 +145,29 @@ std::vector<int32_t> distinct(selftest::Rng& rng, size_t n, size_t k) {
 
 }  // namespace
 
+Status probe_records(const ProbeTemplate& t, const ProbeLayout& L, uint32_t* n_records) {
+  const uint32_t P = L.period;
+  if (P < 2) return make_error(StatusCode::kInvalidArgument, "period %u: a sweep needs at least 2 residues", P);
+  const uint32_t slack = 2 * P - 2;
+  const uint64_t query = uint64_t(t.suffix.size()) + kDemos * kRecord + 2;
+  const uint64_t fixed = uint64_t(t.prefix.size()) + query + slack;
+  const uint32_t n_after =
+      query + 1 >= L.min_distance ? 1 : uint32_t((L.min_distance - query - 1 + kRecord - 1) / kRecord) + 1;
+  const uint64_t need = fixed + uint64_t(kRecord) * (n_after + 8);
+  if (L.length < need)
+    return make_error(StatusCode::kInvalidArgument,
+                      "a probe of %u tokens is too small: the template takes %zu + %zu tokens, the padding %u, and "
+                      "a target %u tokens from the query needs %llu tokens in all",
+                      L.length, t.prefix.size(), t.suffix.size(), slack, L.min_distance, (unsigned long long)need);
+  *n_records = uint32_t((L.length - fixed) / kRecord);
+  return Status::Ok();
+}
+
 Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayout& L, uint64_t seed,
                     int32_t cluster, std::vector<Probe>* out) {
   const uint32_t P = L.period;
-  if (P < 2) return make_error(StatusCode::kInvalidArgument, "period %u: a sweep needs at least 2 residues", P);
+  uint32_t n_records = 0;
+  PKV_RETURN_IF_ERROR(probe_records(t, L, &n_records));
   const uint32_t slack = 2 * P - 2;
   // The query: the template suffix, kDemos demonstration lookups ("key = value" of other
   // records), then "key =" of the target. Few-shot lookups make small models retrieve.
@@ -156,13 +176,6 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
   // At least 8 records, and enough after the target to keep it min_distance from the query.
   const uint64_t tail = query;
   const uint32_t n_after = tail + 1 >= L.min_distance ? 1 : uint32_t((L.min_distance - tail - 1 + kRecord - 1) / kRecord) + 1;
-  const uint64_t need = fixed + uint64_t(kRecord) * (n_after + 8);
-  if (L.length < need)
-    return make_error(StatusCode::kInvalidArgument,
-                      "a probe of %u tokens is too small: the template takes %zu + %zu tokens, the padding %u, and "
-                      "a target %u tokens from the query needs %llu tokens in all",
-                      L.length, t.prefix.size(), t.suffix.size(), slack, L.min_distance, (unsigned long long)need);
-  const uint32_t n_records = uint32_t((L.length - fixed) / kRecord);
   const uint32_t extra = uint32_t(L.length - fixed - uint64_t(n_records) * kRecord);
   if (n_records > v.keys.size() || n_records > v.values.size())
     return make_error(StatusCode::kInvalidArgument, "a probe of %u tokens needs %u distinct keys; the vocabulary has %zu",
@@ -172,7 +185,9 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
   const std::vector<int32_t> ki = distinct(rng, v.keys.size(), n_records);
   const std::vector<int32_t> vi = distinct(rng, v.values.size(), n_records);
   // The target: anywhere from the first record to the last one that keeps its distance.
-  const uint32_t target = uint32_t(rng.below(n_records - n_after));
+  // (In-sequence padding needs a record before the target to hang the fillers on.)
+  const uint32_t first = L.protocol == Protocol::InSequence ? 1 : 0;
+  const uint32_t target = first + uint32_t(rng.below(n_records - n_after - first));
   // Demonstrations: kDemos other records, in random order.
   std::vector<int32_t> demo = distinct(rng, n_records - 1, kDemos);
   for (int32_t& d : demo) d += d >= int32_t(target) ? 1 : 0;
@@ -206,13 +221,19 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
       }
       ids.insert(ids.end(), slack - s, v.filler);
     } else {
+      // The padding stays inside lines, so every record still starts after a newline:
+      //   ... key' = value' [s fillers] \n key = value [2P-2-s fillers] \n key'' = ...
       ids.insert(ids.end(), extra, v.filler);
       for (uint32_t i = 0; i < target; ++i) record(i, &ids);
+      ids.pop_back();  // the previous record's newline moves after the fillers
       p.shared = uint32_t(ids.size());
       ids.insert(ids.end(), s, v.filler);
+      ids.push_back(v.newline);
       p.key_pos = uint32_t(ids.size());
       record(target, &ids);
+      ids.pop_back();
       ids.insert(ids.end(), slack - s, v.filler);
+      ids.push_back(v.newline);
       for (uint32_t i = target + 1; i < n_records; ++i) record(i, &ids);
     }
     ids.insert(ids.end(), t.suffix.begin(), t.suffix.end());
@@ -279,11 +300,17 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
   r.t0 = uint32_t(tpl.prefix.size());
   r.prefix_tokens = uint32_t(tpl.prefix.size());
   r.suffix_tokens = uint32_t(tpl.suffix.size());
-  ProbeVocab vocab;
-  PKV_RETURN_IF_ERROR(build_probe_vocab(tok, &vocab));
   if (o.probe_tokens > model.config().max_positions)
     return make_error(StatusCode::kInvalidArgument, "probe length %u exceeds the model's max_positions %u",
                       o.probe_tokens, model.config().max_positions);
+  ProbeLayout layout;
+  layout.period = P;
+  layout.length = o.probe_tokens;
+  layout.min_distance = r.max_local + P + 4;
+  uint32_t n_records = 0;
+  PKV_RETURN_IF_ERROR(probe_records(tpl, layout, &n_records));  // before the (slower) vocabulary scan
+  ProbeVocab vocab;
+  PKV_RETURN_IF_ERROR(build_probe_vocab(tok, n_records, &vocab));
 
   ContextParams cp;
   cp.n_ctx = o.probe_tokens;
@@ -296,10 +323,6 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
   std::vector<Protocol> protos;
   if (o.outer) protos.push_back(Protocol::Outer);
   if (o.in_sequence) protos.push_back(Protocol::InSequence);
-  ProbeLayout layout;
-  layout.period = P;
-  layout.length = o.probe_tokens;
-  layout.min_distance = r.max_local + P + 4;
 
   // Clusters per stage: --samples, or what the budget allows after timing one probe.
   int32_t C = o.samples > 0 ? o.samples : 16;

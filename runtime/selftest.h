@@ -44,7 +44,8 @@ Status chat_probe_template(const Model& model, std::string* text);
 
 enum class Protocol : uint8_t {
   Outer = 0,       // the whole content shifts by s filler tokens; slack before the query shrinks
-  InSequence = 1,  // only the target record shifts: s fillers before it, 2P-2-s after it
+  InSequence = 1,  // only the target record shifts: s fillers before it, 2P-2-s after it (kept
+                   // inside the neighbouring lines, so every record still follows a newline)
 };
 const char* protocol_name(Protocol p);
 
@@ -56,7 +57,8 @@ struct ProbeVocab {
   int32_t newline = -1;         // "\n"
   int32_t filler = -1;          // neutral padding token that never merges (" -")
 };
-Status build_probe_vocab(const Tokenizer& tok, ProbeVocab* out);
+// Collects at least `per_side` (and 64) keys and as many values.
+Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out);
 
 // One probe: the ids to evaluate (ending with the answer prefix "<key>:"), the gold value,
 // and where the target sits.
@@ -76,6 +78,10 @@ struct ProbeLayout {
   uint32_t min_distance = 32;  // the target value lies at least this far before the query
   Protocol protocol = Protocol::InSequence;
 };
+
+// How many records a probe of this layout holds; kInvalidArgument, with the arithmetic, when
+// the template, the padding and the target's distance from the query leave no room.
+Status probe_records(const ProbeTemplate& t, const ProbeLayout& layout, uint32_t* n_records);
 
 // The P probes of logical sample `cluster`: shifts s = b..b+P-1 (every residue once), b in
 // [0, P) chosen so that shift b puts the target value on residue (cluster mod P). Over any P

@@ -49,7 +49,7 @@ TEST_CASE("selftest: probes keep length and query fixed and visit every residue 
   ProbeTemplate t;
   REQUIRE(parse_template(tok, "<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n", &t).ok());
   ProbeVocab v;
-  REQUIRE(build_probe_vocab(tok, &v).ok());
+  REQUIRE(build_probe_vocab(tok, 64, &v).ok());
   CHECK(v.keys.size() >= 64);
   std::set<int32_t> keys(v.keys.begin(), v.keys.end());
   for (int32_t x : v.values) CHECK(keys.count(x) == 0);  // keys and values are disjoint
