@@ -256,10 +256,6 @@ namespace {
 
 uint32_t lcm_u(uint32_t a, uint32_t b) { return a / std::gcd(a, b) * b; }
 
-struct ScoredCluster {
-  std::vector<Probe> probes;
-};
-
 }  // namespace
 
 Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult* out) {
@@ -346,13 +342,13 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
   if (C < 4) return make_error(StatusCode::kInvalidArgument, "%d samples per stage: at least 4 are needed", C);
 
   // Every probe is built and checked before the loop.
-  std::vector<std::vector<ScoredCluster>> clusters(protos.size());
+  std::vector<std::vector<std::vector<Probe>>> clusters(protos.size());  // [protocol][sample][shift]
   for (size_t pi = 0; pi < protos.size(); ++pi) {
     layout.protocol = protos[pi];
     clusters[pi].resize(size_t(2 * C));
     for (int32_t c = 0; c < 2 * C; ++c) {
-      PKV_RETURN_IF_ERROR(make_cluster(tpl, vocab, layout, o.seed, c, &clusters[pi][size_t(c)].probes));
-      for (const Probe& p : clusters[pi][size_t(c)].probes) {
+      PKV_RETURN_IF_ERROR(make_cluster(tpl, vocab, layout, o.seed, c, &clusters[pi][size_t(c)]));
+      for (const Probe& p : clusters[pi][size_t(c)]) {
         std::string text;
         std::vector<int32_t> again;
         PKV_RETURN_IF_ERROR(tok.decode(p.ids, &text));
@@ -393,7 +389,7 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
     for (int32_t c = 0; c < 2 * C; ++c) {
       selftest::Observations& ob = c < C ? pres.stage1 : pres.stage2;
       const int32_t row = c < C ? c : c - C;
-      const std::vector<Probe>& probes = clusters[pi][size_t(c)].probes;
+      const std::vector<Probe>& probes = clusters[pi][size_t(c)];
       const uint32_t shared = probes[0].shared;
       ctx->reset();
       size_t snap_bytes = 0;

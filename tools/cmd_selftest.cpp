@@ -225,10 +225,14 @@ int run_selftest_cmd(const SelftestArgs& a) {
     o.progress = [&label, is_tty](const SelftestProgress& p) {
       // On a terminal, redraw one line; in a log, a line every 10 %.
       if (!is_tty && p.done != p.total && (p.done * 10 / p.total) == ((p.done - 1) * 10 / p.total)) return;
-      const int width = 30, fill = int(double(width) * double(p.done) / double(std::max<int64_t>(p.total, 1)));
-      std::fprintf(stderr, "%s  %-10s [%s%s] %lld/%lld probes  %-22s ETA %4.0f s ", is_tty ? "\r" : "", label.c_str(),
-                   std::string(size_t(fill), '#').c_str(), std::string(size_t(width - fill), '.').c_str(),
-                   (long long)p.done, (long long)p.total, p.phase, p.eta_s);
+      // Called inside the probe loop: no allocation here (a fixed buffer for the bar).
+      constexpr int kWidth = 30;
+      char bar[kWidth + 1];
+      const int fill = int(double(kWidth) * double(p.done) / double(std::max<int64_t>(p.total, 1)));
+      for (int i = 0; i < kWidth; ++i) bar[i] = i < fill ? '#' : '.';
+      bar[kWidth] = '\0';
+      std::fprintf(stderr, "%s  %-10s [%s] %lld/%lld probes  %-22s ETA %4.0f s ", is_tty ? "\r" : "", label.c_str(),
+                   bar, (long long)p.done, (long long)p.total, p.phase, p.eta_s);
       if (p.done == p.total || !is_tty) std::fprintf(stderr, "\n");
     };
   SelftestResult res;
