@@ -1,5 +1,6 @@
 #include "gguf_import.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "kv_spec.h"
@@ -47,6 +48,15 @@ Status import_config(const GgufFile& g, ModelConfig* c, bool* has_rope_freqs) {
   c->n_kv_heads = c->n_heads;
   PKV_RETURN_IF_ERROR(g.get_u32(p + "attention.head_count_kv", &c->n_kv_heads, &found));
   if (c->n_heads == 0) return make_error(StatusCode::kInvalidFile, "metadata '%sattention.head_count' = 0", p.c_str());
+  // These size what the import allocates before validate_spec sees the spec (one memory per
+  // layer, planted gate biases [W, n_kv_heads] per layer): hold them to its limits first.
+  constexpr uint32_t kMaxLayers = 1024, kMaxHeads = 1024;  // model_spec.cpp limits::kLayers, kHeads
+  if (c->n_layers > kMaxLayers)
+    return make_error(StatusCode::kInvalidFile, "metadata '%sblock_count' = %u exceeds %u", p.c_str(), c->n_layers,
+                      kMaxLayers);
+  if (c->n_kv_heads > kMaxHeads)
+    return make_error(StatusCode::kInvalidFile, "metadata '%sattention.head_count_kv' = %u exceeds %u", p.c_str(),
+                      c->n_kv_heads, kMaxHeads);
   uint32_t key_len = 0, value_len = 0;
   PKV_RETURN_IF_ERROR(g.get_u32(p + "attention.key_length", &key_len, &found));
   if (!found) {
@@ -245,6 +255,19 @@ Status convert_gguf_to_pkv(const std::string& in_path, const std::string& out_pa
   PKV_RETURN_IF_ERROR(layout_tensors(&spec.tensors, &blob));
   s = validate_spec(spec, blob);
   if (!s.ok()) return s.with_context(in_path + " (imported)");
+  // Compressor tensors the GGUF carries itself get the value check --gates tensors get: a NaN
+  // or infinite gate would make a file that every load refuses.
+  for (uint32_t l = 0; l < spec.layers.size(); ++l)
+    for (const CompressorTensor& e : compressor_tensors(spec.config, spec.layers[l], l))
+      for (size_t i = 0; i < spec.tensors.size(); ++i) {
+        if (spec.tensors[i].name != e.name || !data[i]) continue;
+        std::vector<float> v(size_t(spec.tensors[i].elements()));
+        dequantize_row(spec.tensors[i].dtype, data[i], v.data(), int64_t(v.size()));
+        for (size_t j = 0; j < v.size(); ++j)
+          if (!std::isfinite(v[j]))
+            return make_error(StatusCode::kInvalidFile, "%s: tensor '%s' element %zu is %s", in_path.c_str(),
+                              e.name.c_str(), j, std::isnan(v[j]) ? "NaN" : "infinite");
+      }
   PKV_RETURN_IF_ERROR(write_model_file(out_path, spec, data));
   if (spec_out) *spec_out = std::move(spec);
   return Status::Ok();

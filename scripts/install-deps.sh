@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Installs what PhaseKV needs to build and test on Debian 12, skipping what is already present.
-# Idempotent; run as root (or with sudo available). Usage: scripts/install-deps.sh [--python]
+# Idempotent; run as root (or with sudo available).
+# Usage: scripts/install-deps.sh [--python] [--cross] [--fuzz]
 #   --python  also create the Python test venv (gguf, numpy) under $PHASEKV_CACHE/venv
+#   --cross   also the aarch64 cross compiler, arm64 multiarch libraries and qemu-aarch64
+#             (the jetson-cross preset)
+#   --fuzz    also clang and libFuzzer (the fuzz preset)
 set -euo pipefail
 
 PKGS=(
@@ -16,6 +20,33 @@ PKGS=(
   chromium                                  # tests only: screenshots the self-test's HTML report headless
 )
 
+WANT_PYTHON=0
+WANT_CROSS=0
+for arg in "$@"; do
+  case "$arg" in
+    --python) WANT_PYTHON=1 ;;
+    --cross) WANT_CROSS=1 ;;
+    --fuzz) WANT_FUZZ=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "install-deps.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+if [ "$WANT_CROSS" = 1 ]; then
+  # Cross build for Jetson (aarch64): compiler, emulator, and the :arm64 builds of the libraries
+  # the runtime and tools link (header-only packages serve both architectures).
+  PKGS+=(g++-aarch64-linux-gnu qemu-user
+         libflatbuffers-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64 libssl-dev:arm64)
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+  fi
+fi
+if [ "${WANT_FUZZ:-0}" = 1 ]; then
+  PKGS+=(clang libclang-rt-14-dev)  # libFuzzer + sanitizer runtimes for clang 14
+fi
+
 missing=()
 for p in "${PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -25,8 +56,6 @@ done
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "[install-deps] installing: ${missing[*]}"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
@@ -34,7 +63,7 @@ else
   echo "[install-deps] Debian packages present"
 fi
 
-if [ "${1:-}" = "--python" ]; then
+if [ "$WANT_PYTHON" = 1 ]; then
   CACHE="${PHASEKV_CACHE:-$HOME/.cache/phasekv}"
   VENV="$CACHE/venv"
   # pyenv's python3 cannot see Debian's python3-* modules, so the test tooling lives in its own venv.

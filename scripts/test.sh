@@ -5,13 +5,18 @@
 #      sm_87/sm_90/sm_110 is compiled and linked; GPU tests report "skipped: no CUDA device"
 #      without a GPU) and runs every test through ctest;
 #   2. builds the CPU configuration under AddressSanitizer + UndefinedBehaviorSanitizer and
-#      runs the whole suite again (the bad-file and bad-GGUF cases included).
+#      runs the whole suite again (the bad-file and bad-GGUF cases included);
+#   3. cross-compiles the CPU configuration for aarch64 (Jetson; preset jetson-cross) and runs
+#      the emulated test set under qemu-aarch64;
+#   4. builds the libFuzzer targets (preset fuzz, clang) and runs each for a short smoke
+#      (FUZZ_SECONDS, default 60) on a copy of its seed corpus.
+# PHASEKV_SKIP_CROSS=1 / PHASEKV_SKIP_FUZZ=1 leave out steps 3 / 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
 
 t0=$(date +%s)
-scripts/install-deps.sh --python
+scripts/install-deps.sh --python --cross --fuzz
 MODEL=$(scripts/fetch-model.sh)
 JOBS=$(nproc)
 
@@ -24,8 +29,23 @@ echo "== build: asan (address + undefined)"
 cmake --preset asan -DPHASEKV_TEST_MODEL="$MODEL" >/dev/null
 cmake --build --preset asan -j "$JOBS"
 
+if [ "${PHASEKV_SKIP_CROSS:-0}" != 1 ]; then
+  echo "== build: jetson-cross (aarch64, g++-aarch64-linux-gnu)"
+  t1=$(date +%s)
+  cmake --preset jetson-cross >/dev/null
+  cmake --build --preset jetson-cross -j "$JOBS"
+  echo "== ctest: jetson-cross (under qemu-aarch64)"
+  ctest --preset jetson-cross -j "$JOBS"
+  echo "== jetson-cross: $(( $(date +%s) - t1 )) s"
+fi
+
+if [ "${PHASEKV_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== fuzz smoke (libFuzzer, ${FUZZ_SECONDS:-60} s per target)"
+  FUZZ_JOBS="${FUZZ_JOBS:-$JOBS}" scripts/fuzz-smoke.sh "${FUZZ_SECONDS:-60}"
+fi
 echo "== ctest: asan"
 ctest --preset asan -j "$JOBS"
 echo "== ctest: $MAIN"
 ctest --preset "$MAIN" -j "$JOBS"
+
 echo "== test.sh finished in $(( $(date +%s) - t0 )) s"

@@ -1,4 +1,6 @@
 // phasekv run -m MODEL [-p TEXT | -f FILE] [-n N] [--chat] [-c CTX] [-t THREADS] [sampling]
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -34,6 +36,9 @@ struct RunArgs {
 
 int run_run(RunArgs a) {
   if (!a.file.empty()) {
+    struct stat st;
+    if (stat(a.file.c_str(), &st) == 0 && S_ISDIR(st.st_mode))  // opens, then reads as empty
+      return report("run", make_error(StatusCode::kIoError, "cannot read -f '%s': it is a directory", a.file.c_str()));
     std::ifstream f(a.file, std::ios::binary);
     if (!f) return report("run", make_error(StatusCode::kIoError, "cannot read -f '%s'", a.file.c_str()));
     std::stringstream ss;

@@ -1,6 +1,7 @@
 // phasekv selftest -m MODEL [--template FILE | --chat] [--ctx N] [--samples N | --budget T]
 //                  [--seed S] [--json FILE] [--html FILE] [--control] [--gate-min-acc A] [--gate-max-gap G]
 #include <openssl/evp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -200,6 +201,10 @@ int run_selftest_cmd(const SelftestArgs& a) {
     if (!s.ok()) return report(cmd, s);
     o.template_label = "chat";
   } else if (!a.template_file.empty()) {
+    struct stat st;
+    if (stat(a.template_file.c_str(), &st) == 0 && S_ISDIR(st.st_mode))  // opens, then reads as empty
+      return report(cmd, make_error(StatusCode::kIoError, "cannot read --template '%s': it is a directory",
+                                    a.template_file.c_str()));
     std::ifstream f(a.template_file, std::ios::binary);
     if (!f) return report(cmd, make_error(StatusCode::kIoError, "cannot read --template '%s'", a.template_file.c_str()));
     std::stringstream ss;
