@@ -25,6 +25,20 @@ namespace tools {
 
 namespace {
 
+// An output path can be written: not a directory, and its directory exists and is writable.
+Status check_writable(const char* flag, const std::string& path) {
+  if (path.empty()) return Status::Ok();
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return make_error(StatusCode::kIoError, "cannot write %s '%s': it is a directory", flag, path.c_str());
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (access(dir.c_str(), W_OK) != 0)
+    return make_error(StatusCode::kIoError, "cannot write %s '%s': directory '%s' does not exist or is not writable",
+                      flag, path.c_str(), dir.c_str());
+  return Status::Ok();
+}
+
 using json = nlohmann::json;
 constexpr int kExitGateFailed = 3;
 
@@ -194,6 +208,11 @@ int run_selftest_cmd(const SelftestArgs& a) {
   std::unique_ptr<Model> model;
   Status s = Model::load(a.model, &model);
   if (!s.ok()) return report(cmd, s);
+  // Report paths are checked before the run, not after minutes of probing.
+  for (const auto& out : {std::make_pair("--json", &a.json_path), std::make_pair("--html", &a.html_path)}) {
+    s = check_writable(out.first, *out.second);
+    if (!s.ok()) return report(cmd, s);
+  }
 
   SelftestOptions o;
   if (a.chat) {

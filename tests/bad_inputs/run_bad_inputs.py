@@ -5,7 +5,7 @@ Each case makes its inputs (inputs.py: named mutations of good files, or small i
 runs one phasekv command and checks that the process reports the error and survives:
   - it exits by itself within the timeout (no signal, no abort, no hang);
   - no sanitizer report, assertion or uncaught exception on stderr;
-  - the exit code is the expected one (2 for every bad input: docs/ERRORS.md);
+  - the exit code is the expected one (2 for every bad input: the README, "Errors");
   - stderr contains the expected substring(s) (the message names the field or value);
   - nothing is left half-written: a convert's OUT and OUT.partial do not exist afterwards, and
     files the case lists as "unchanged" keep their bytes.
