@@ -150,6 +150,9 @@ def selftest_checks(a, smol):
         check(j["period"] == int(period) and j["template"]["t0"] == 3 and j["template"]["phase"] == 3 % int(period),
               "selftest JSON basics")
         check(j["timings"]["prefill_tokens"] < j["timings"]["naive_prefill_tokens"], "shared prefixes are reused")
+        # Control: full attention has no phase, so nothing may be flagged (a false alarm has
+        # probability <= alpha per run; this seed is fixed).
+        check(j["flagged"] == [], "full-KV model flags nothing: %s" % j["flagged"])
         rc2 = subprocess.run([sys.executable, os.path.join(here, "test_selftest_report.py"), "--schema",
                               os.path.join(here, "..", "..", "docs", "selftest.schema.json"), "--report", rj,
                               "--html", rh, "--out-dir", a.tmp], capture_output=True, text=True)
