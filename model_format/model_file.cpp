@@ -150,6 +150,12 @@ Status read_spec(const uint8_t* meta, uint64_t meta_size, ModelSpec* spec) {
   }
   for (const fb::Tensor* t : *m->tensors()) {
     if (!t) return make_error(StatusCode::kInvalidFile, "metadata: tensors holds a null entry");
+    // The FlatBuffers 2.0 verifier aligns a vector's length field (4 bytes) but not its
+    // elements: an 8-byte-misaligned [ulong] (never written by FlatBufferBuilder) would be read
+    // with misaligned loads.
+    if (size_t(t->shape()->Data() - meta) % alignof(uint64_t) != 0)
+      return make_error(StatusCode::kInvalidFile,
+                        "metadata: tensor '%s': shape is not 8-byte aligned (corrupt FlatBuffer)", t->name()->c_str());
     TensorInfo ti;
     ti.name = t->name()->str();
     ti.dtype = DType(t->dtype());
