@@ -1,6 +1,7 @@
 #include "tokenizer.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace phasekv {
 
@@ -46,6 +47,15 @@ int64_t utf8_first_invalid(std::string_view text) {
 }
 
 Status Tokenizer::create(const TokenizerData& d, std::unique_ptr<Tokenizer>* out) {
+  // Model files are validated at load, but this is public API: special ids that encode/decode
+  // emit must lie inside the vocabulary whoever built the data (-1 = none).
+  const int64_t n = int64_t(d.tokens.size());
+  const std::pair<const char*, int32_t> ids[] = {
+      {"bos_id", d.bos_id}, {"eos_id", d.eos_id}, {"eot_id", d.eot_id}, {"pad_id", d.pad_id}, {"unk_id", d.unk_id}};
+  for (const auto& [name, id] : ids)
+    if (id < -1 || id >= n)
+      return make_error(StatusCode::kInvalidArgument, "tokenizer.%s = %d is outside the vocabulary [0, %lld)", name, id,
+                        static_cast<long long>(n));
   std::unique_ptr<Tokenizer> t;
   switch (d.type) {
     case TokenizerType::ByteLevelBPE: PKV_RETURN_IF_ERROR(make_bpe_tokenizer(d, &t)); break;

@@ -162,3 +162,27 @@ TEST_CASE("SentencePiece BPE: hand-derived merges by score, byte fallback, space
   REQUIRE(t->decode(ids, &back).ok());
   CHECK(back == " hex");  // the prefix space comes back; callers strip it if they want
 }
+
+TEST_CASE("Tokenizer::create refuses special ids outside the vocabulary (fuzz find)") {
+  TokenizerData d;
+  d.type = TokenizerType::SentencePiece;
+  d.model = "llama";
+  d.tokens = {"<unk>", "<s>", "</s>", "a"};
+  d.scores = {0, 0, 0, -1};
+  d.token_types = {2, 3, 3, 1};
+  d.unk_id = 0;
+  d.eos_id = 2;
+  std::unique_ptr<Tokenizer> t;
+  d.bos_id = 4;  // one past the last id: encode with add_bos would emit it
+  Status s = Tokenizer::create(d, &t);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("tokenizer.bos_id = 4 is outside the vocabulary [0, 4)") != std::string::npos);
+  CHECK(t == nullptr);
+  d.bos_id = -2;
+  CHECK(!Tokenizer::create(d, &t).ok());
+  d.bos_id = 1;
+  d.unk_id = 2097152;
+  CHECK(Tokenizer::create(d, &t).message().find("tokenizer.unk_id = 2097152") != std::string::npos);
+  d.unk_id = 0;
+  REQUIRE(Tokenizer::create(d, &t).ok());  // -1 ("none") and ids inside are fine
+}
