@@ -36,21 +36,7 @@ using namespace phasekv::fuzz;
 
 namespace {
 
-std::string as_file(const uint8_t* data, size_t size) {
-  static int fd = -1;
-  if (fd < 0) {
-    fd = memfd_create("fuzz_gguf", 0);
-    FUZZ_CHECK(fd >= 0, "memfd_create: %s", std::strerror(errno));
-  }
-  FUZZ_CHECK(ftruncate(fd, 0) == 0, "ftruncate: %s", std::strerror(errno));
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = pwrite(fd, data + done, size - done, off_t(done));
-    FUZZ_CHECK(n > 0, "pwrite: %s", std::strerror(errno));
-    done += size_t(n);
-  }
-  return "/proc/self/fd/" + std::to_string(fd);
-}
+std::string as_file(const uint8_t* data, size_t size) { return input_as_file("fuzz_gguf", data, size); }
 
 void check_getters(const GgufFile& g) {
   for (const auto& kv : g.metadata()) {

@@ -32,22 +32,7 @@ using namespace phasekv::fuzz;
 
 namespace {
 
-// The input as a file: one memfd per process, rewritten for each input that parses.
-std::string as_file(const uint8_t* data, size_t size) {
-  static int fd = -1;
-  if (fd < 0) {
-    fd = memfd_create("fuzz_model_reader", 0);
-    FUZZ_CHECK(fd >= 0, "memfd_create: %s", std::strerror(errno));
-  }
-  FUZZ_CHECK(ftruncate(fd, 0) == 0, "ftruncate: %s", std::strerror(errno));
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = pwrite(fd, data + done, size - done, off_t(done));
-    FUZZ_CHECK(n > 0, "pwrite: %s", std::strerror(errno));
-    done += size_t(n);
-  }
-  return "/proc/self/fd/" + std::to_string(fd);
-}
+std::string as_file(const uint8_t* data, size_t size) { return input_as_file("fuzz_model_reader", data, size); }
 
 std::vector<const void*> tensor_pointers(const ModelFile& mf) {
   std::vector<const void*> p;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,6 +74,24 @@ inline const std::string& scratch_dir() {
     return made;
   }();
   return dir;
+}
+
+// The input as a file path: one memfd per process (named `name`), rewritten for each input,
+// so readers that take a path see exactly the fuzzer's bytes without touching the disk.
+inline std::string input_as_file(const char* name, const uint8_t* data, size_t size) {
+  static int fd = -1;
+  if (fd < 0) {
+    fd = memfd_create(name, 0);
+    FUZZ_CHECK(fd >= 0, "memfd_create: %s", std::strerror(errno));
+  }
+  FUZZ_CHECK(ftruncate(fd, 0) == 0, "ftruncate: %s", std::strerror(errno));
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = pwrite(fd, data + done, size - done, off_t(done));
+    FUZZ_CHECK(n > 0, "pwrite: %s", std::strerror(errno));
+    done += size_t(n);
+  }
+  return "/proc/self/fd/" + std::to_string(fd);
 }
 
 inline bool read_file(const std::string& path, std::string* out) {
