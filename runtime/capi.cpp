@@ -267,6 +267,7 @@ pkv_selftest_params pkv_selftest_default_params(void) {
   p.delta = o.delta;
   p.alpha = o.alpha;
   p.n_threads = phasekv::default_context_params().n_threads;
+  p.records = o.records;
   return p;
 }
 
@@ -281,6 +282,7 @@ pkv_status pkv_selftest_run(const pkv_model* model, const pkv_selftest_params* p
       o.template_text = params->template_text;
     }
     o.probe_tokens = params->probe_tokens;
+    o.records = params->records;
     o.samples = params->samples;
     o.budget_s = params->budget_s;
     o.seed = params->seed;

@@ -155,6 +155,7 @@ typedef struct pkv_selftest_params {
   double delta;              /* practical margin of a weak residue (default 0.10) */
   double alpha;              /* false-alarm probability per run (default 0.05) */
   int32_t n_threads;         /* CPU threads (default: hardware threads) */
+  uint32_t records;          /* key = value records per probe, >= 8 (default 16); the rest is filler */
 } pkv_selftest_params;
 
 typedef struct pkv_selftest_result {

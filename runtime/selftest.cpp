@@ -73,6 +73,51 @@ int32_t single_token(const Tokenizer& tok, const std::string& text) {
   return got[0];
 }
 
+// Neutral filler: everyday sentences with nothing to look up, drawn at random so the filler
+// is not one repeated block. Short ones let a region be filled to the exact token count.
+constexpr const char* kSentences[] = {
+    " The kettle is on the stove.",
+    " It rained for most of the afternoon.",
+    " The bus was late again.",
+    " A cat slept on the warm windowsill.",
+    " We walked along the river after lunch.",
+    " The library closes at six.",
+    " Fresh bread was sold out by noon.",
+    " The garden needs more water.",
+    " Nobody answered the phone.",
+    " The train left on time.",
+    " Children played in the park.",
+    " The meeting moved to Tuesday.",
+    " Snow covered the hills overnight.",
+    " The old bridge was repaired last year.",
+    " She painted the fence green.",
+    " The shop on the corner sells maps.",
+    " Coffee tastes better in the morning.",
+    " The wind came from the north.",
+    " He forgot his umbrella at work.",
+    " The museum opened a new wing.",
+    " Birds gathered on the roof.",
+    " The road to the village is narrow.",
+    " A letter arrived in the afternoon.",
+    " The lamp flickered twice.",
+    " Dinner was ready before seven.",
+    " The river rose after the storm.",
+    " Our neighbour fixed the gate.",
+    " The clock in the hall runs slow.",
+    " Apples fell from the tree.",
+    " The tea had gone cold.",
+    " Everyone agreed to meet again next week.",
+    " The lights in the office stayed on late.",
+    " A small boat drifted past the pier.",
+    " The soup needed a little more salt.",
+    " Yes.",
+    " Fine.",
+    " Okay.",
+    " Thanks.",
+    " Not yet.",
+    " See you soon.",
+};
+
 }  // namespace
 
 Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out) {
@@ -81,6 +126,7 @@ Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out)
   v.newline = single_token(tok, "\n");
   if (v.sep < 0 || v.newline < 0)
     return make_error(StatusCode::kUnsupported, "the tokenizer has no single token for ' =' or a newline");
+  std::string pad_text;
   for (const char* f : {" -", " *", " ~", " |", " =", " +", " ."}) {
     const int32_t id = single_token(tok, f);
     if (id < 0) continue;
@@ -88,11 +134,33 @@ Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out)
     for (int i = 0; i < 40; ++i) run += f;
     if (encodes_to(tok, run, std::vector<int32_t>(40, id)) &&
         encodes_to(tok, "\n" + std::string(f) + f + "\n", {v.newline, id, id, v.newline})) {
-      v.filler = id;
+      v.pad = id;
+      pad_text = f;
       break;
     }
   }
-  if (v.filler < 0) return make_error(StatusCode::kUnsupported, "no neutral filler token round-trips in this vocabulary");
+  if (v.pad < 0) return make_error(StatusCode::kUnsupported, "no neutral padding token round-trips in this vocabulary");
+  size_t shortest = SIZE_MAX;
+  for (const char* sentence : kSentences) {
+    std::vector<int32_t> ids;
+    if (!tok.encode(sentence, false, &ids).ok() || ids.empty()) continue;
+    std::vector<int32_t> line = {v.newline};
+    line.insert(line.end(), ids.begin(), ids.end());
+    line.push_back(v.newline);
+    std::vector<int32_t> padded = {v.pad, v.pad};
+    padded.insert(padded.end(), ids.begin(), ids.end());
+    padded.push_back(v.pad);
+    if (!encodes_to(tok, "\n" + std::string(sentence) + "\n", line) ||
+        !encodes_to(tok, pad_text + pad_text + sentence + pad_text, padded))
+      continue;
+    shortest = std::min(shortest, ids.size());
+    v.sentences.push_back(std::move(ids));
+  }
+  if (v.sentences.size() < 8 || shortest > 3)
+    return make_error(StatusCode::kUnsupported,
+                      "only %zu of the %zu filler sentences keep their tokens in this vocabulary (8 needed, one "
+                      "of at most 3 tokens)",
+                      v.sentences.size(), std::size(kSentences));
   // Words " abcd".." abcdefgh" that stay one token next to ' =' and newlines, in BPE merge
   // order (frequency) after skipping the 300 most frequent (function words), alternately keys
   // and values.
@@ -123,8 +191,9 @@ Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out)
 
 namespace {
 
-constexpr uint32_t kRecord = 4;  // key ' =' value '\n'
-constexpr uint32_t kDemos = 4;   // lookups of other records shown before the query
+constexpr uint32_t kRecord = 4;      // key ' =' value '\n'
+constexpr uint32_t kDemos = 4;       // lookups of other records shown before the query
+constexpr uint32_t kMinRecords = 8;  // the target, the demonstrated ones and a few more
 
 // Deterministic per (seed, cluster).
 uint64_t cluster_seed(uint64_t seed, int32_t cluster, uint64_t salt) {
@@ -143,23 +212,79 @@ std::vector<int32_t> distinct(selftest::Rng& rng, size_t n, size_t k) {
   return idx;
 }
 
+// The probe's arithmetic, shared by probe_records and make_cluster.
+struct Budget {
+  uint64_t query = 0;      // template suffix + demonstrations + "key ="
+  uint64_t haystack = 0;   // tokens for records and filler (the target's line included)
+  uint64_t min_after = 0;  // tokens the haystack must hold after the target's line
+};
+
+Budget probe_budget(const ProbeTemplate& t, const ProbeLayout& L) {
+  Budget b;
+  const uint32_t slack = 2 * L.period - 2;
+  b.query = uint64_t(t.suffix.size()) + kDemos * kRecord + 2;
+  const uint64_t fixed = uint64_t(t.prefix.size()) + b.query + slack;
+  b.haystack = L.length > fixed ? L.length - fixed : 0;
+  // Tokens after the value: its newline, the lines after it, the remaining slack (>= 0) and
+  // the query; the last of them is the query position.
+  b.min_after = L.min_distance > b.query + 1 ? L.min_distance - b.query - 1 : 0;
+  return b;
+}
+
+// One region of the haystack: `n_records` record lines (indices into the cluster's records)
+// and filler lines, `budget` tokens in all; what no sentence fits into is returned as pads.
+void fill_region(selftest::Rng& rng, const ProbeVocab& v, uint64_t budget, const std::vector<uint32_t>& recs,
+                 std::vector<std::vector<int32_t>>* lines, std::vector<int32_t>* line_record, uint64_t* pads) {
+  uint64_t left = budget - uint64_t(recs.size()) * kRecord;
+  lines->clear();
+  line_record->clear();
+  for (;;) {
+    // A random sentence among those that still fit (with their newline).
+    uint32_t fits = 0;
+    for (const auto& s : v.sentences) fits += s.size() + 1 <= left ? 1 : 0;
+    if (fits == 0) break;
+    uint64_t pick = rng.below(fits);
+    for (const auto& s : v.sentences) {
+      if (s.size() + 1 > left) continue;
+      if (pick-- == 0) {
+        lines->push_back(s);
+        lines->back().push_back(v.newline);
+        line_record->push_back(-1);
+        left -= s.size() + 1;
+        break;
+      }
+    }
+  }
+  // Records between random lines.
+  for (uint32_t r : recs) {
+    const size_t at = size_t(rng.below(uint64_t(lines->size()) + 1));
+    lines->insert(lines->begin() + std::ptrdiff_t(at), std::vector<int32_t>());
+    line_record->insert(line_record->begin() + std::ptrdiff_t(at), int32_t(r));
+  }
+  *pads = left;
+}
+
 }  // namespace
 
 Status probe_records(const ProbeTemplate& t, const ProbeLayout& L, uint32_t* n_records) {
   const uint32_t P = L.period;
   if (P < 2) return make_error(StatusCode::kInvalidArgument, "period %u: a sweep needs at least 2 residues", P);
-  const uint32_t slack = 2 * P - 2;
-  const uint64_t query = uint64_t(t.suffix.size()) + kDemos * kRecord + 2;
-  const uint64_t fixed = uint64_t(t.prefix.size()) + query + slack;
-  const uint32_t n_after =
-      query + 1 >= L.min_distance ? 1 : uint32_t((L.min_distance - query - 1 + kRecord - 1) / kRecord) + 1;
-  const uint64_t need = fixed + uint64_t(kRecord) * (n_after + 8);
-  if (L.length < need)
+  if (L.records < kMinRecords)
+    return make_error(StatusCode::kInvalidArgument, "%u records per probe: at least %u are needed", L.records,
+                      kMinRecords);
+  const Budget b = probe_budget(t, L);
+  // The target's line, the lines after it, and a record before it (in-sequence padding hangs
+  // on the previous line's newline); the other records can go anywhere.
+  // (Records are whole lines, so two regions may each leave up to 3 tokens unused.)
+  const uint64_t need_haystack = std::max<uint64_t>(uint64_t(kRecord) * kMinRecords + 8, 2 * kRecord + b.min_after);
+  if (b.haystack < need_haystack)
     return make_error(StatusCode::kInvalidArgument,
-                      "a probe of %u tokens is too small: the template takes %zu + %zu tokens, the padding %u, and "
-                      "a target %u tokens from the query needs %llu tokens in all",
-                      L.length, t.prefix.size(), t.suffix.size(), slack, L.min_distance, (unsigned long long)need);
-  *n_records = uint32_t((L.length - fixed) / kRecord);
+                      "a probe of %u tokens is too small: the template takes %zu + %zu tokens, the padding %u, the "
+                      "query %llu, and %u records with the target %u tokens from the query need %llu more",
+                      L.length, t.prefix.size(), t.suffix.size(), 2 * P - 2,
+                      (unsigned long long)(b.query - t.suffix.size()), kMinRecords, L.min_distance,
+                      (unsigned long long)(need_haystack - b.haystack));
+  *n_records = uint32_t(std::min<uint64_t>(L.records, (b.haystack - 8) / kRecord));
   return Status::Ok();
 }
 
@@ -169,38 +294,69 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
   uint32_t n_records = 0;
   PKV_RETURN_IF_ERROR(probe_records(t, L, &n_records));
   const uint32_t slack = 2 * P - 2;
-  // The query: the template suffix, kDemos demonstration lookups ("key = value" of other
-  // records), then "key =" of the target. Few-shot lookups make small models retrieve.
-  const uint64_t query = uint64_t(t.suffix.size()) + kDemos * kRecord + 2;
-  const uint64_t fixed = uint64_t(t.prefix.size()) + query + slack;
-  // At least 8 records, and enough after the target to keep it min_distance from the query.
-  const uint64_t tail = query;
-  const uint32_t n_after = tail + 1 >= L.min_distance ? 1 : uint32_t((L.min_distance - tail - 1 + kRecord - 1) / kRecord) + 1;
-  const uint32_t extra = uint32_t(L.length - fixed - uint64_t(n_records) * kRecord);
+  const Budget b = probe_budget(t, L);
   if (n_records > v.keys.size() || n_records > v.values.size())
     return make_error(StatusCode::kInvalidArgument, "a probe of %u tokens needs %u distinct keys; the vocabulary has %zu",
                       L.length, n_records, std::min(v.keys.size(), v.values.size()));
 
+  // Layout of the content (outer padding; in-sequence moves the shift next to the target):
+  //   [s pads] [extra pads] before-lines  key = value \n  after-lines [pads] [2P-2-s pads]
+  // then the template suffix, kDemos demonstration lookups ("key = value" of other records)
+  // and "key =" of the target. Records are the target and n_records - 1 distractors spread
+  // over filler lines; the target's line starts anywhere that keeps it min_distance from the
+  // query and leaves a record before it.
   selftest::Rng rng(cluster_seed(seed, cluster, uint64_t(L.protocol)));
   const std::vector<int32_t> ki = distinct(rng, v.keys.size(), n_records);
   const std::vector<int32_t> vi = distinct(rng, v.values.size(), n_records);
-  // The target: anywhere from the first record to the last one that keeps its distance.
-  // (In-sequence padding needs a record before the target to hang the fillers on.)
-  const uint32_t first = L.protocol == Protocol::InSequence ? 1 : 0;
-  const uint32_t target = first + uint32_t(rng.below(n_records - n_after - first));
-  // Demonstrations: kDemos other records, in random order.
+  const uint32_t target = 0;  // record 0 is the target, the others distractors
+  const uint64_t rest = b.haystack - kRecord;       // lines other than the target's
+  const uint64_t after_lo = b.min_after, after_hi = rest - kRecord;
+  const uint64_t after = after_lo + rng.below(after_hi - after_lo + 1);
+  // Distractors: each on a side with probability proportional to its room, one before the
+  // target at least, and no side holding more records than it has room for.
+  std::vector<uint32_t> before_recs, after_recs;
+  for (uint32_t i = 1; i < n_records; ++i)
+    (rng.below(rest) < after ? after_recs : before_recs).push_back(i);
+  auto move_one = [](std::vector<uint32_t>* from, std::vector<uint32_t>* to) {
+    to->push_back(from->back());
+    from->pop_back();
+  };
+  // (n_records <= (haystack - 8) / 4 leaves room for all of them on the two sides.)
+  if (before_recs.empty()) move_one(&after_recs, &before_recs);
+  while (uint64_t(after_recs.size()) * kRecord > after) move_one(&after_recs, &before_recs);
+  while (uint64_t(before_recs.size()) * kRecord > rest - after) move_one(&before_recs, &after_recs);
+  PKV_ASSERT(uint64_t(after_recs.size()) * kRecord <= after && !before_recs.empty());
+  std::vector<std::vector<int32_t>> before_lines, after_lines;
+  std::vector<int32_t> before_rec, after_rec;
+  uint64_t extra = 0, after_pads = 0;
+  fill_region(rng, v, rest - after, before_recs, &before_lines, &before_rec, &extra);
+  fill_region(rng, v, after, after_recs, &after_lines, &after_rec, &after_pads);
+  // Demonstrations: kDemos distractors, in random order.
   std::vector<int32_t> demo = distinct(rng, n_records - 1, kDemos);
-  for (int32_t& d : demo) d += d >= int32_t(target) ? 1 : 0;
+  for (int32_t& d : demo) d += 1;
+
   auto record = [&](uint32_t i, std::vector<int32_t>* ids) {
     ids->push_back(v.keys[size_t(ki[i])]);
     ids->push_back(v.sep);
     ids->push_back(v.values[size_t(vi[i])]);
     ids->push_back(v.newline);
   };
+  auto region = [&](const std::vector<std::vector<int32_t>>& lines, const std::vector<int32_t>& rec,
+                    std::vector<int32_t>* ids) {
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (rec[i] >= 0)
+        record(uint32_t(rec[i]), ids);
+      else
+        ids->insert(ids->end(), lines[i].begin(), lines[i].end());
+    }
+  };
+  uint64_t before_tokens = 0;
+  for (size_t i = 0; i < before_lines.size(); ++i) before_tokens += before_rec[i] >= 0 ? kRecord : before_lines[i].size();
   const int32_t key = v.keys[size_t(ki[target])], gold = v.values[size_t(vi[target])];
-  // Value position at shift 0; the first shift puts the value on residue (cluster mod P), so
-  // over any P consecutive samples every residue's mean target position is the same.
-  const uint32_t pos0 = uint32_t(t.prefix.size()) + extra + kRecord * target + 2;
+  // Value position at shift 0 (both protocols); the first shift puts the value on residue
+  // (cluster mod P), so over any P consecutive samples every residue's mean target position
+  // is the same.
+  const uint32_t pos0 = uint32_t(t.prefix.size() + extra + before_tokens + 2);
   const uint32_t base = (uint32_t(cluster) % P + P - pos0 % P) % P;
   std::vector<Probe> probes;
   for (uint32_t k = 0; k < P; ++k) {
@@ -213,28 +369,29 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
     ids = t.prefix;
     if (L.protocol == Protocol::Outer) {
       p.shared = uint32_t(t.prefix.size());
-      ids.insert(ids.end(), s, v.filler);
-      ids.insert(ids.end(), extra, v.filler);
-      for (uint32_t i = 0; i < n_records; ++i) {
-        if (i == target) p.key_pos = uint32_t(ids.size());
-        record(i, &ids);
-      }
-      ids.insert(ids.end(), slack - s, v.filler);
+      ids.insert(ids.end(), s, v.pad);
+      ids.insert(ids.end(), extra, v.pad);
+      region(before_lines, before_rec, &ids);
+      p.key_pos = uint32_t(ids.size());
+      record(target, &ids);
+      region(after_lines, after_rec, &ids);
+      ids.insert(ids.end(), after_pads + slack - s, v.pad);
     } else {
-      // The padding stays inside lines, so every record still starts after a newline:
-      //   ... key' = value' [s fillers] \n key = value [2P-2-s fillers] \n key'' = ...
-      ids.insert(ids.end(), extra, v.filler);
-      for (uint32_t i = 0; i < target; ++i) record(i, &ids);
-      ids.pop_back();  // the previous record's newline moves after the fillers
+      // The padding stays inside lines, so every line still starts after a newline:
+      //   ... previous line [s pads] \n key = value [2P-2-s pads] \n next line ...
+      ids.insert(ids.end(), extra, v.pad);
+      region(before_lines, before_rec, &ids);
+      ids.pop_back();  // the previous line's newline moves after the pads
       p.shared = uint32_t(ids.size());
-      ids.insert(ids.end(), s, v.filler);
+      ids.insert(ids.end(), s, v.pad);
       ids.push_back(v.newline);
       p.key_pos = uint32_t(ids.size());
       record(target, &ids);
       ids.pop_back();
-      ids.insert(ids.end(), slack - s, v.filler);
+      ids.insert(ids.end(), slack - s, v.pad);
       ids.push_back(v.newline);
-      for (uint32_t i = target + 1; i < n_records; ++i) record(i, &ids);
+      region(after_lines, after_rec, &ids);
+      ids.insert(ids.end(), after_pads, v.pad);
     }
     ids.insert(ids.end(), t.suffix.begin(), t.suffix.end());
     for (int32_t d : demo) record(uint32_t(d), &ids);
@@ -303,6 +460,7 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
   layout.period = P;
   layout.length = o.probe_tokens;
   layout.min_distance = r.max_local + P + 4;
+  layout.records = o.records;
   uint32_t n_records = 0;
   PKV_RETURN_IF_ERROR(probe_records(tpl, layout, &n_records));  // before the (slower) vocabulary scan
   ProbeVocab vocab;

@@ -43,8 +43,8 @@ Status chat_probe_template(const Model& model, std::string* text);
 // ---- probes ----------------------------------------------------------------------------------
 
 enum class Protocol : uint8_t {
-  Outer = 0,       // the whole content shifts by s filler tokens; slack before the query shrinks
-  InSequence = 1,  // only the target record shifts: s fillers before it, 2P-2-s after it (kept
+  Outer = 0,       // the whole content shifts by s pad tokens; slack before the query shrinks
+  InSequence = 1,  // only the target record shifts: s pads before it, 2P-2-s after it (kept
                    // inside the neighbouring lines, so every record still follows a newline)
 };
 const char* protocol_name(Protocol p);
@@ -55,9 +55,13 @@ struct ProbeVocab {
   std::vector<int32_t> values;  // single-token words, disjoint from keys
   int32_t sep = -1;             // ":"
   int32_t newline = -1;         // "\n"
-  int32_t filler = -1;          // neutral padding token that never merges (" -")
+  int32_t pad = -1;             // neutral padding token that never merges (" -")
+  // Filler lines (without their newline): neutral sentences (" The bus was late again."),
+  // each checked to keep its ids between newlines and after pads.
+  std::vector<std::vector<int32_t>> sentences;
 };
-// Collects at least `per_side` (and 64) keys and as many values.
+// Collects at least `per_side` (and 64) keys and as many values, and the filler sentences
+// that survive the round-trip checks (at least 8, one of them at most 3 tokens long).
 Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out);
 
 // One probe: the ids to evaluate (ending with the answer prefix "<key>:"), the gold value,
@@ -75,12 +79,14 @@ struct Probe {
 struct ProbeLayout {
   uint32_t period = 8;      // P
   uint32_t length = 512;    // tokens per probe (the query position is length - 1)
+  uint32_t records = 16;    // key = value records per probe (fewer when they do not fit)
   uint32_t min_distance = 32;  // the target value lies at least this far before the query
   Protocol protocol = Protocol::InSequence;
 };
 
-// How many records a probe of this layout holds; kInvalidArgument, with the arithmetic, when
-// the template, the padding and the target's distance from the query leave no room.
+// How many records a probe of this layout holds: min(layout.records, what fits); the rest of
+// the probe is filler sentences. kInvalidArgument, with the arithmetic, when the template, the
+// padding and the target's distance from the query leave no room for 8 records.
 Status probe_records(const ProbeTemplate& t, const ProbeLayout& layout, uint32_t* n_records);
 
 // The P probes of logical sample `cluster`: shifts s = b..b+P-1 (every residue once), b in
@@ -103,6 +109,7 @@ struct SelftestOptions {
   std::string template_text = "{{content}}";
   std::string template_label = "{{content}}";  // for the report: a path, or "chat"
   uint32_t probe_tokens = 512;  // probe length (the context holds exactly one probe)
+  uint32_t records = 16;        // key = value records per probe (at least 8), the rest filler
   int32_t samples = 0;          // clusters per stage and protocol; 0: from the budget, else 16
   double budget_s = 0;          // wall-time budget for the whole run; 0: none
   uint64_t seed = 1;

@@ -47,6 +47,7 @@ struct SelftestArgs {
   std::string template_file;
   bool chat = false;
   uint32_t ctx = 512;
+  uint32_t records = 16;
   int32_t samples = 0;
   std::string budget;
   uint64_t seed = 1;
@@ -232,6 +233,7 @@ int run_selftest_cmd(const SelftestArgs& a) {
     o.template_label = a.template_file;
   }
   o.probe_tokens = a.ctx;
+  o.records = a.records;
   o.samples = a.samples;
   o.budget_s = budget;
   o.seed = a.seed;
@@ -290,6 +292,7 @@ int run_selftest_cmd(const SelftestArgs& a) {
                  {"template", o.template_label},
                  {"template_sha256", sha256_text(o.template_text)},
                  {"n_ctx", a.ctx},
+                 {"records", a.records},
                  {"samples_per_stage", res.protocols.empty() ? 0 : res.protocols[0].clusters},
                  {"budget_s", budget > 0 ? json(budget) : json(nullptr)},
                  {"seed", a.seed},
@@ -437,6 +440,10 @@ void register_selftest(CLI::App& app, int* exit_code) {
   cmd->add_option("-c,--ctx", a->ctx, "Tokens per probe (the context the self-test plans)")
       ->default_val(512)
       ->check(CLI::Range(16u, 1u << 20));
+  cmd->add_option("--records", a->records,
+                  "key = value records per probe, the rest neutral filler sentences (fewer when the probe is short)")
+      ->default_val(16)
+      ->check(CLI::Range(8u, 4096u));
   auto* sm = cmd->add_option("--samples", a->samples, "Samples (clusters) per stage and protocol (default 16)")
                  ->check(CLI::Range(4, 100000));
   auto* bu = cmd->add_option("--budget", a->budget, "Time budget instead of --samples, e.g. 90s, 10m");

@@ -3,10 +3,13 @@
 // CLI tests on SmolLM2).
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <map>
 #include <set>
 
 #include "engine_util.h"
+#include "gguf_import.h"
+#include "phasekv.h"
 #include "selftest.h"
 
 using namespace phasekv;
@@ -110,6 +113,84 @@ TEST_CASE("selftest: probes keep length and query fixed and visit every residue 
   }
 }
 
+TEST_CASE("selftest: a long probe holds a fixed number of records among varied filler sentences") {
+  const Model* m = smollm2();
+  if (!m) {
+    MESSAGE("skipped: no SmolLM2 GGUF");
+    return;
+  }
+  const Tokenizer& tok = m->tokenizer();
+  ProbeTemplate t;
+  REQUIRE(parse_template(tok, "{{content}}", &t).ok());
+  ProbeVocab v;
+  REQUIRE(build_probe_vocab(tok, 64, &v).ok());
+  REQUIRE(v.sentences.size() >= 8);
+  for (Protocol pr : {Protocol::Outer, Protocol::InSequence}) {
+    CAPTURE(protocol_name(pr));
+    ProbeLayout L;
+    L.period = 8;
+    L.length = 1024;
+    L.min_distance = 300;  // a long local window: the target sits in the first 2/3
+    L.records = 16;
+    L.protocol = pr;
+    uint32_t n = 0;
+    REQUIRE(probe_records(t, L, &n).ok());
+    CHECK(n == 16);
+    double target_sum = 0;
+    for (int32_t c = 0; c < 16; ++c) {
+      std::vector<Probe> probes;
+      REQUIRE(make_cluster(t, v, L, 3, c, &probes).ok());
+      const Probe& p = probes[0];
+      CHECK(1023 - p.value_pos >= 300);
+      target_sum += p.value_pos;
+      // Split the text into lines and classify them independently of the builder: a record
+      // is "<key> = <value>", everything else with letters is a filler sentence.
+      std::string text;
+      REQUIRE(tok.decode(p.ids, &text).ok());
+      std::map<std::string, int> sentences;
+      std::set<std::string> record_keys;
+      int records = 0;
+      size_t at = 0;
+      while (at < text.size()) {
+        size_t nl = text.find('\n', at);
+        if (nl == std::string::npos) nl = text.size();
+        std::string line = text.substr(at, nl - at);
+        at = nl + 1;
+        while (!line.empty() && (line[0] == ' ' || line[0] == '-')) line.erase(0, 1);
+        while (!line.empty() && (line.back() == ' ' || line.back() == '-')) line.pop_back();
+        if (line.empty()) continue;
+        const size_t eq = line.find(" = ");
+        if (eq != std::string::npos && line.find(' ') == eq && eq + 3 < line.size() &&
+            line.find(' ', eq + 3) == std::string::npos) {
+          ++records;
+          record_keys.insert(line.substr(0, eq));
+        } else if (line.back() == '.') {
+          ++sentences[line];
+        }
+      }
+      // 16 records in the haystack plus 4 demonstrations, the query line ends in "=".
+      CHECK(records == 16 + 4);
+      CHECK(record_keys.size() == 16);
+      // Filler: many different sentences, none making up most of it.
+      int total = 0, most = 0;
+      for (const auto& kv : sentences) {
+        total += kv.second;
+        most = std::max(most, kv.second);
+      }
+      CHECK(sentences.size() >= 20);
+      CHECK(most * 5 < total);
+      // The haystack's pads are only the shift and what no sentence could fill.
+      int pads = 0;
+      for (int32_t id : p.ids) pads += id == v.pad ? 1 : 0;
+      CHECK(pads <= int(2 * L.period - 2) + 2 * 3);
+    }
+    // Targets spread over the room they have (not always at one end).
+    const double mean = target_sum / 16;
+    CHECK(mean > 150);
+    CHECK(mean < 1023 - 300 - 100);
+  }
+}
+
 TEST_CASE("selftest: bad designs are refused with the reason") {
   const Model* m = smollm2();
   if (!m) {
@@ -136,4 +217,51 @@ TEST_CASE("selftest: bad designs are refused with the reason") {
   o.samples = 2;
   s = run_selftest(*m, o, &r);
   CHECK(s.message().find("at least 4 are needed") != std::string::npos);
+}
+
+TEST_CASE("selftest: the C API entry point runs the same self-test as the C++ one") {
+  if (!have_smollm2()) {
+    MESSAGE("skipped: no SmolLM2 GGUF");
+    return;
+  }
+  const std::string path = tmp_path("selftest_capi.pkv");
+  REQUIRE(convert_gguf_to_pkv(PHASEKV_TEST_MODEL_PATH, path, ImportOptions{}).ok());
+  pkv_model* cm = nullptr;
+  REQUIRE(pkv_model_load(path.c_str(), &cm) == PKV_OK);
+  pkv_selftest_params p = pkv_selftest_default_params();
+  CHECK(p.records == 16);
+  CHECK(p.probe_tokens == 512);
+  p.probe_tokens = 72;  // small: P = 2, 4 samples per stage
+  p.period = 2;
+  p.samples = 4;
+  p.n_threads = 2;
+  p.seed = 5;
+  pkv_selftest_result r;
+  REQUIRE_MESSAGE(pkv_selftest_run(cm, &p, &r) == PKV_OK, pkv_last_error());
+
+  SelftestOptions o;
+  o.probe_tokens = 72;
+  o.period = 2;
+  o.samples = 4;
+  o.n_threads = 2;
+  o.seed = 5;
+  const Model* m = smollm2();
+  REQUIRE(m);
+  SelftestResult want;
+  REQUIRE(run_selftest(*m, o, &want).ok());
+  CHECK(r.period == 2);
+  CHECK(r.probes == want.probes);
+  CHECK(r.probes == 2 * 2 * 4 * 2);  // protocols x stages x samples x residues
+  CHECK(r.prefill_tokens == want.prefill_tokens);
+  CHECK(r.naive_prefill_tokens == 72 * r.probes);
+  for (const ProtocolResult& pr : want.protocols) {
+    const int i = pr.protocol == Protocol::Outer ? 0 : 1;
+    for (int32_t res = 0; res < 2; ++res) CHECK(r.accuracy[i][res] == pr.summary.residues[size_t(res)].accuracy);
+  }
+  // A bad parameter is refused with its value named; the model stays usable.
+  p.records = 7;
+  CHECK(pkv_selftest_run(cm, &p, &r) == PKV_ERR_INVALID_ARGUMENT);
+  CHECK_MESSAGE(std::string(pkv_last_error()).find("7 records per probe") != std::string::npos, pkv_last_error());
+  pkv_model_free(cm);
+  std::remove(path.c_str());
 }
