@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""The self-test against planted phase patterns on SmolLM2 (the issue's validation).
+
+SmolLM2-135M retrieves a record's value through layers 20-29: mean-pooling those layers
+(uniform W8/S8/L16) takes the probes' accuracy to 0, and so does any training-free retrofit of
+all 30 layers. Two retrofits of layers 20-29 keep retrieval and plant a known pattern:
+
+* **planted weak offset** — scalar gates trained by tests/reference/value_gates.py (a linear
+  probe, fitted with the numpy reference model on texts of its own, that puts each window's
+  weight on the token holding a record's value) with bias -30 at window offset 5: a value at
+  offset 5 cannot be selected, so the probes' accuracy collapses exactly where the value lands
+  on residue 5. The self-test must report period 8 and flag residue 5 and nothing else.
+* **planted strong offset** — one-hot gates `gate=planted:K=5,V=5` keep only the tokens at
+  offset 5: the value is readable from far away only on residue 5, which must be the most
+  accurate residue, far above the rest, with the lowest NLL (in-sequence padding).
+
+The full-KV control (flags nothing) runs in test_cli.py on the same probe design.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--phasekv", required=True)
+    ap.add_argument("--smollm2", required=True, help="SmolLM2 GGUF")
+    ap.add_argument("--tmp", required=True)
+    ap.add_argument("--ctx", default="256")
+    ap.add_argument("--seed", default="7")
+    a = ap.parse_args()
+    if not a.smollm2 or not os.path.exists(a.smollm2):
+        print("skipped: no SmolLM2 GGUF")
+        return 77
+    here = os.path.dirname(os.path.abspath(__file__))
+    tag = str(os.getpid())
+    gates = os.path.join(a.tmp, "planted_gates_%s.safetensors" % tag)
+    weak = os.path.join(a.tmp, "planted_weak5_%s.pkv" % tag)
+    strong = os.path.join(a.tmp, "planted_k5_%s.pkv" % tag)
+    rep = os.path.join(a.tmp, "planted_%s.json" % tag)
+
+    def phasekv(args):
+        p = subprocess.run([a.phasekv] + args, capture_output=True, text=True)
+        return p.returncode, p.stdout, p.stderr
+
+    def selftest(model, extra):
+        rc, out, err = phasekv(["selftest", "-m", model, "-c", a.ctx, "--seed", a.seed, "-t", "2", "-q",
+                                "--json", rep] + extra)
+        print(out)
+        check(rc == 0, "selftest %s: %s" % (model, err))
+        return json.load(open(rep)) if rc == 0 else None
+
+    try:
+        p = subprocess.run([sys.executable, os.path.join(here, "..", "reference", "value_gates.py"), "--gguf",
+                            a.smollm2, "--layers", "20-29", "--window", "8", "--weak", "5", "--strength", "30",
+                            "--texts", "2", "--tokens", "600", "--out", gates], capture_output=True, text=True)
+        print(p.stdout + p.stderr[-600:])
+        check(p.returncode == 0, "value_gates.py")
+        rc, _, err = phasekv(["convert", a.smollm2, weak, "--force", "--kv",
+                              "20-29:compressed:W=8,S=8,L=16,gate=scalar", "--gates", gates])
+        check(rc == 0, "convert with the weak-offset gates: " + err)
+        j = selftest(weak, ["--samples", "6"]) if rc == 0 else None
+        if j:
+            acc = {pr: [r["accuracy"] for r in j["protocols"][pr]["residues"]] for pr in j["protocols"]}
+            check(j["period"] == 8 and j["period_source"] == "strides", "period 8 from the strides")
+            check(j["flagged"] == [5], "planted weak offset 5: flagged %s, accuracy %s" % (j["flagged"], acc))
+            for pr, A in acc.items():
+                others = [x for r, x in enumerate(A) if r != 5]
+                check(A[5] == min(A) and A[5] + 0.2 < sum(others) / 7,
+                      "%s: residue 5 lowest, far below the others' mean: %s" % (pr, A))
+
+        rc, _, err = phasekv(["convert", a.smollm2, strong, "--force", "--kv",
+                              "20-29:compressed:W=8,S=8,L=16,gate=planted:K=5,V=5"])
+        check(rc == 0, "convert planted K=V=5: " + err)
+        # One protocol is enough here (the weak model ran both); in-sequence reuses more prefix.
+        j = selftest(strong, ["--samples", "4", "--protocol", "in_sequence"]) if rc == 0 else None
+        if j:
+            for pr in j["protocols"]:
+                A = [r["accuracy"] for r in j["protocols"][pr]["residues"]]
+                nll = [r["nll"] for r in j["protocols"][pr]["residues"]]
+                others = [x for r, x in enumerate(A) if r != 5]
+                check(A[5] > 0.5 and A[5] > max(others) + 0.3, "%s: K=V=5 strongest at residue 5: %s" % (pr, A))
+                check(min(range(8), key=lambda r: nll[r]) == 5, "%s: K=V=5 lowest NLL at residue 5: %s" % (pr, nll))
+    finally:
+        for f in (gates, weak, strong, rep):
+            if os.path.exists(f):
+                os.remove(f)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
