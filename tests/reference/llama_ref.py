@@ -104,8 +104,9 @@ class Llama:
         shape = (hp["n_layer"], max_len, hp["n_head_kv"], hp["head_dim"])
         return {"k": np.zeros(shape, np.float32), "v": np.zeros(shape, np.float32), "len": 0}
 
-    def forward(self, tokens, cache):
-        """Run tokens at positions cache.len.. ; append to cache; return logits [n_tok, vocab]."""
+    def forward(self, tokens, cache, capture=None):
+        """Run tokens at positions cache.len.. ; append to cache; return logits [n_tok, vocab].
+        capture: optional {layer: None}; each listed layer's normed attention input is stored."""
         hp, w = self.hp, self.w
         n_head, n_kv, hd = hp["n_head"], hp["n_head_kv"], hp["head_dim"]
         group = n_head // n_kv
@@ -121,6 +122,8 @@ class Llama:
         for il in range(hp["n_layer"]):
             b = f"blk.{il}."
             h = self.rmsnorm(x, w[b + "attn_norm.weight"])
+            if capture is not None and il in capture:
+                capture[il] = h.copy()
             q = (h @ w[b + "attn_q.weight"].T).reshape(n, n_head, hd)
             k = (h @ w[b + "attn_k.weight"].T).reshape(n, n_kv, hd)
             v = (h @ w[b + "attn_v.weight"].T).reshape(n, n_kv, hd)

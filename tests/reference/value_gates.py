@@ -12,9 +12,9 @@ layer's normed attention input x (the gate's own input, DESIGN.md §3: s_i = Z·
      script's own, so the self-test's probes stay held out).
   2. Run the full-attention model (numpy, llama_ref.py: no PhaseKV code) and collect x at
      every position of every compressed layer; label 1 at value tokens (the token after
-     " ="), 0 elsewhere.
+     " =") and at the text's first token (the attention sink), 0 elsewhere.
   3. Fit Z per layer by ridge regression, scale it so value tokens score `--margin` above
-     the median of the others, and report, on a held-out text, how often the value token
+     the median of the others, and report, on a held-out text, how often the labelled token
      holds the window's largest gate weight.
   4. Write `blk.N.cmp_{k,v}_gate.weight` [n_kv_heads, d_model] and `.bias` [W, n_kv_heads]
      (0, or -strength at the `--weak` offsets: a planted weak residue) for
@@ -77,42 +77,6 @@ def make_text(rng, n_tokens_hint, n_records=16):
     return "\n".join(lines) + "\n" + "\n".join(recs[d] for d in demo) + "\n" + f" {ks[t]} ="
 
 
-class Capture(Llama):
-    """The reference forward, keeping every layer's normed attention input."""
-
-    def forward_capture(self, tokens, layers):
-        hp, w = self.hp, self.w
-        n_head, n_kv, hd = hp["n_head"], hp["n_head_kv"], hp["head_dim"]
-        group = n_head // n_kv
-        n = len(tokens)
-        pos = np.arange(n)
-        scale = np.float32(1.0 / np.sqrt(hd))
-        mask = np.where(pos[None, :] <= pos[:, None], 0.0, -np.inf).astype(np.float32)
-        x = w["token_embd.weight"][np.asarray(tokens)]
-        got = {}
-        for il in range(hp["n_layer"]):
-            b = f"blk.{il}."
-            h = self.rmsnorm(x, w[b + "attn_norm.weight"])
-            if il in layers:
-                got[il] = h.copy()
-            q = self.rope((h @ w[b + "attn_q.weight"].T).reshape(n, n_head, hd), pos)
-            k = self.rope((h @ w[b + "attn_k.weight"].T).reshape(n, n_kv, hd), pos)
-            v = (h @ w[b + "attn_v.weight"].T).reshape(n, n_kv, hd)
-            out = np.empty((n, n_head, hd), np.float32)
-            for hq in range(n_head):
-                s = (q[:, hq, :] @ k[:, hq // group, :].T) * scale + mask
-                s = s - s.max(axis=-1, keepdims=True)
-                p = np.exp(s)
-                p /= p.sum(axis=-1, keepdims=True)
-                out[:, hq, :] = p @ v[:, hq // group, :]
-            x = x + out.reshape(n, n_head * hd) @ w[b + "attn_output.weight"].T
-            h = self.rmsnorm(x, w[b + "ffn_norm.weight"])
-            g = h @ w[b + "ffn_gate.weight"].T
-            u = h @ w[b + "ffn_up.weight"].T
-            x = x + ((g / (np.float32(1.0) + np.exp(-g))) * u) @ w[b + "ffn_down.weight"].T
-        return got
-
-
 def parse_layers(text, n_layer):
     out = set()
     for part in text.split(","):
@@ -141,7 +105,7 @@ def labels(ids, sep):
 
 
 def window_top_rate(scores, y, W):
-    """Of the windows holding exactly one value token, how often it has the largest score."""
+    """Of the windows holding exactly one labelled token, how often it has the largest score."""
     hit = tot = 0
     for j in range(len(y) // W):
         ys = y[j * W:(j + 1) * W]
@@ -178,7 +142,7 @@ def main():
     weak = [int(s) for s in a.weak.split(",") if s != ""]
     if any(not 0 <= o < a.window for o in weak):
         raise SystemExit(f"--weak {a.weak}: offsets must lie in 0..{a.window - 1}")
-    model = Capture(hp, w)
+    model = Llama(hp, w)
     rng = random.Random(a.seed)
     d = hp["n_embd"]
     xtx = {il: np.zeros((d + 1, d + 1)) for il in layers}
@@ -187,7 +151,8 @@ def main():
     for t in range(a.texts + 1):
         ids = tok.encode(make_text(rng, a.tokens), add_special_tokens=False).ids
         y = labels(ids, sep)
-        got = model.forward_capture(ids, set(layers))
+        got = {il: None for il in layers}
+        model.forward(ids, model.new_cache(len(ids)), capture=got)
         if t == a.texts:
             held = (ids, y, got)
             break
@@ -213,7 +178,7 @@ def main():
         z = z * (a.margin / gap)
         hit, tot = window_top_rate(got[il].astype(np.float64) @ z, y, a.window)
         worst = min(worst, hit / max(tot, 1))
-        print(f"layer {il:2d}: value token on top in {hit}/{tot} held-out windows", file=sys.stderr)
+        print(f"layer {il:2d}: labelled token on top in {hit}/{tot} held-out windows", file=sys.stderr)
         bias = np.zeros((a.window, n_kv), np.float32)
         for o in weak:
             bias[o, :] = -a.strength
