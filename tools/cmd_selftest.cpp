@@ -396,11 +396,13 @@ int run_selftest_cmd(const SelftestArgs& a) {
   if (have_control) {
     std::printf("\ncontrol (full-attention twin):");
     print_table(ctl);
+    std::string ctl_flags;
+    for (int32_t f : ctl.flagged) ctl_flags += (ctl_flags.empty() ? "" : " ") + std::to_string(f);
     std::printf("  compression costs %.3f of mean accuracy; control flags: %s\n",
-                mean_over_protocols(ctl) - mean_over_protocols(res), ctl.flagged.empty() ? "none" : "SOME");
+                mean_over_protocols(ctl) - mean_over_protocols(res), ctl_flags.empty() ? "none" : ctl_flags.c_str());
   }
   std::printf("\nweak residues: ");
-  if (res.flagged.empty()) std::printf("none");
+  if (res.flagged.empty()) std::printf("none ");
   for (int32_t f : res.flagged) std::printf("%d ", f);
   std::printf("(false-alarm probability per run <= %.2f, margin %.0f pp)\n", a.alpha, a.delta * 100);
   for (const std::string& line : advice) std::printf("  %s\n", line.c_str());
