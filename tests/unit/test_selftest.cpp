@@ -15,6 +15,20 @@
 using namespace phasekv;
 using namespace phasekv::test;
 
+namespace {
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kInstrumented = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kInstrumented = true;
+#else
+constexpr bool kInstrumented = false;
+#endif
+#else
+constexpr bool kInstrumented = false;
+#endif
+}  // namespace
+
 TEST_CASE("selftest: templates need exactly one slot outside special tokens") {
   const Model* m = smollm2();
   if (!m) {
@@ -238,25 +252,41 @@ TEST_CASE("selftest: the C API entry point runs the same self-test as the C++ on
   p.seed = 5;
   pkv_selftest_result r;
   REQUIRE_MESSAGE(pkv_selftest_run(cm, &p, &r) == PKV_OK, pkv_last_error());
-
-  SelftestOptions o;
-  o.probe_tokens = 72;
-  o.period = 2;
-  o.samples = 4;
-  o.n_threads = 2;
-  o.seed = 5;
-  const Model* m = smollm2();
-  REQUIRE(m);
-  SelftestResult want;
-  REQUIRE(run_selftest(*m, o, &want).ok());
   CHECK(r.period == 2);
-  CHECK(r.probes == want.probes);
   CHECK(r.probes == 2 * 2 * 4 * 2);  // protocols x stages x samples x residues
-  CHECK(r.prefill_tokens == want.prefill_tokens);
   CHECK(r.naive_prefill_tokens == 72 * r.probes);
-  for (const ProtocolResult& pr : want.protocols) {
-    const int i = pr.protocol == Protocol::Outer ? 0 : 1;
-    for (int32_t res = 0; res < 2; ++res) CHECK(r.accuracy[i][res] == pr.summary.residues[size_t(res)].accuracy);
+  CHECK(r.prefill_tokens > 0);
+  CHECK(r.prefill_tokens <= r.naive_prefill_tokens);
+  for (int i = 0; i < 2; ++i)
+    for (int res = 0; res < 2; ++res) {
+      CHECK(r.ci_lo[i][res] <= r.accuracy[i][res]);
+      CHECK(r.accuracy[i][res] <= r.ci_hi[i][res]);
+      CHECK(r.ci_lo[i][res] >= 0.0);
+      CHECK(r.ci_hi[i][res] <= 1.0);
+    }
+
+  // The C++ twin with the same options must give the same run. Left out under
+  // AddressSanitizer: its instrumented matmul tiles run ~40x slower (a second self-test
+  // there cost ~4 minutes of CI); the wrapper's own memory use is covered by the run above.
+  if (kInstrumented) {
+    MESSAGE("instrumented build: C API run checked, the C++ twin comparison runs in the host build");
+  } else {
+    SelftestOptions o;
+    o.probe_tokens = 72;
+    o.period = 2;
+    o.samples = 4;
+    o.n_threads = 2;
+    o.seed = 5;
+    const Model* m = smollm2();
+    REQUIRE(m);
+    SelftestResult want;
+    REQUIRE(run_selftest(*m, o, &want).ok());
+    CHECK(r.probes == want.probes);
+    CHECK(r.prefill_tokens == want.prefill_tokens);
+    for (const ProtocolResult& pr : want.protocols) {
+      const int i = pr.protocol == Protocol::Outer ? 0 : 1;
+      for (int32_t res = 0; res < 2; ++res) CHECK(r.accuracy[i][res] == pr.summary.residues[size_t(res)].accuracy);
+    }
   }
   // A bad parameter is refused with its value named; the model stays usable.
   p.records = 7;
