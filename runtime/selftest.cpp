@@ -459,20 +459,25 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
   ProbeLayout layout;
   layout.period = P;
   layout.length = o.probe_tokens;
-  layout.min_distance = r.max_local + P + 4;
+  layout.min_distance = o.min_distance > 0 ? o.min_distance : r.max_local + P + 4;
+  r.min_distance = layout.min_distance;
   layout.records = o.records;
   uint32_t n_records = 0;
   PKV_RETURN_IF_ERROR(probe_records(tpl, layout, &n_records));  // before the (slower) vocabulary scan
   ProbeVocab vocab;
   PKV_RETURN_IF_ERROR(build_probe_vocab(tok, n_records, &vocab));
 
-  ContextParams cp;
-  cp.n_ctx = o.probe_tokens;
-  cp.n_batch = o.n_batch;
-  cp.n_threads = o.n_threads;
+  if (o.plan_only && o.samples <= 0)
+    return make_error(StatusCode::kInvalidArgument, "plan_only needs samples > 0 (a budget is timed on probes)");
   std::unique_ptr<Context> ctx;
-  PKV_RETURN_IF_ERROR(Context::create(model, cp, &ctx));
-  r.kernels = ctx->kernels_name();
+  if (!o.plan_only) {
+    ContextParams cp;
+    cp.n_ctx = o.probe_tokens;
+    cp.n_batch = o.n_batch;
+    cp.n_threads = o.n_threads;
+    PKV_RETURN_IF_ERROR(Context::create(model, cp, &ctx));
+    r.kernels = ctx->kernels_name();
+  }
 
   std::vector<Protocol> protos;
   if (o.outer) protos.push_back(Protocol::Outer);
@@ -521,6 +526,30 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
         }
       }
     }
+  }
+
+  // The probes' fingerprint (FNV-1a, 64 bits) over every id in run order: two runs with equal
+  // digests evaluated the same probes.
+  uint64_t digest = 14695981039346656037ull;
+  for (const auto& proto : clusters)
+    for (const auto& cluster : proto)
+      for (const Probe& p : cluster)
+        for (int32_t id : p.ids)
+          for (int b = 0; b < 4; ++b) {
+            digest ^= (uint32_t(id) >> (8 * b)) & 0xffu;
+            digest *= 1099511628211ull;
+          }
+  r.probe_digest = digest;
+  if (o.plan_only) {
+    for (const auto& proto : clusters)
+      for (const auto& cluster : proto)
+        for (const Probe& p : cluster) {
+          ++r.probes;
+          r.naive_prefill_tokens += int64_t(p.ids.size());
+        }
+    r.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
+    *out = std::move(r);
+    return Status::Ok();
   }
 
   // Results and snapshot buffers, planned before the loop.
@@ -612,6 +641,12 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
     selftest::SummaryParams sp;
     sp.bootstrap.seed = o.seed;
     pres.summary = selftest::summarize(pooled, sp);
+    // The gap this run could confirm: stage 2 alone (C clusters) at the confirmation's level
+    // (alpha per protocol, Bonferroni over the P residues as the worst case of Holm), and never
+    // below the practical margin a flag also needs.
+    selftest::PowerParams pw;
+    pw.alpha = fp.alpha;
+    pres.summary.mde = std::max(o.delta, selftest::min_detectable_gap(pres.summary.mean_accuracy, C, int32_t(P), pw));
     pres.screening = selftest::screen(pres.stage1, fp);
     pres.confirmation = selftest::confirm(pres.stage2, pres.screening.candidates, fp);
     pres.flagged = pres.confirmation.flagged;

@@ -119,6 +119,12 @@ struct SelftestOptions {
   bool outer = true, in_sequence = true;
   int n_threads = 1;
   uint32_t n_batch = 256;
+  // Target-to-query distance; 0: the model's largest local window + P + 4. --control sets the
+  // compressed run's value so that the full-attention twin sees exactly the same probes.
+  uint32_t min_distance = 0;
+  // Build and check every probe (re-tokenization included) and fill probes, probe_digest and
+  // the naive token count, but evaluate nothing. Needs samples > 0.
+  bool plan_only = false;
   std::function<void(const SelftestProgress&)> progress;  // optional, called after each probe
 };
 
@@ -138,6 +144,8 @@ struct SelftestResult {
   std::string period_source;            // "strides", "override", "scan"
   std::vector<uint32_t> strides;
   uint32_t max_local = 0;
+  uint32_t min_distance = 0;            // as used (see SelftestOptions::min_distance)
+  uint64_t probe_digest = 0;            // FNV-1a over every probe's ids in run order
   uint32_t t0 = 0;
   uint32_t prefix_tokens = 0, suffix_tokens = 0;
   std::vector<ProtocolResult> protocols;

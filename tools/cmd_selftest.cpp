@@ -124,6 +124,12 @@ std::vector<std::string> memory_runs(const ModelSpec& spec) {
   return out;
 }
 
+std::string hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
+  return b;
+}
+
 json protocol_json(const ProtocolResult& p) {
   const selftest::Summary& s = p.summary;
   json rows = json::array();
@@ -131,12 +137,17 @@ json protocol_json(const ProtocolResult& p) {
   for (int32_t r = 0; r < P; ++r) {
     const selftest::ResidueRow& row = s.residues[size_t(r)];
     int hits = 0;
+    double prob = 0;  // mean teacher-forced probability of the gold value, exp(-NLL) per probe
     for (const selftest::Observations* ob : {&p.stage1, &p.stage2})
-      for (int32_t c = 0; c < ob->hit.n_clusters; ++c) hits += int(ob->hit.at(c, r));
+      for (int32_t c = 0; c < ob->hit.n_clusters; ++c) {
+        hits += int(ob->hit.at(c, r));
+        prob += std::exp(-ob->nll.at(c, r));
+      }
+    prob /= double(std::max(1, s.n_clusters));
     const bool flagged = std::find(p.flagged.begin(), p.flagged.end(), r) != p.flagged.end();
     rows.push_back({{"r", r}, {"n", s.n_clusters}, {"hits", hits}, {"accuracy", row.accuracy},
                     {"ci", {row.accuracy_ci.lo, row.accuracy_ci.hi}}, {"nll", row.nll},
-                    {"nll_excess", row.nll_excess}, {"loo_z", row.hit_test.z}, {"loo_p", row.hit_test.p},
+                    {"probability", prob}, {"nll_excess", row.nll_excess}, {"loo_z", row.hit_test.z}, {"loo_p", row.hit_test.p},
                     {"holm_p", row.hit_holm_p}, {"flagged", flagged}});
   }
   json cands = json::array();
@@ -151,6 +162,8 @@ json protocol_json(const ProtocolResult& p) {
             {"min_accuracy", s.worst.naive_min},
             {"argmin", s.worst.naive_argmin},
             {"min_accuracy_split", s.worst.split_min},
+            {"deficit", s.worst.naive_deficit},
+            {"deficit_split", s.worst.split_deficit},
             {"gap", s.gap.gap},
             {"gap_null", s.gap.expected_null_gap},
             {"sd", s.gap.sd},
@@ -190,10 +203,11 @@ void print_table(const SelftestResult& r) {
                   row.accuracy_ci.hi, std::string(size_t(bar), '#').c_str(),
                   std::string(size_t(30 - bar), '.').c_str(), row.nll, flagged ? "WEAK" : "");
     }
-    std::printf("  mean %.3f [%.3f, %.3f]  min %.3f at r=%d (split-sample %.3f)  gap %.3f (noise alone ~%.3f)  "
-                "sd %.3f  MDE %.3f\n",
+    std::printf("  mean %.3f [%.3f, %.3f]  min %.3f at r=%d (split-sample %.3f, deficit %.3f, split-sample %.3f)\n"
+                "  gap %.3f (noise alone ~%.3f)  sd %.3f  gap/mean %.3f  MDE %.3f\n",
                 s.mean_accuracy, s.mean_bootstrap.ci.lo, s.mean_bootstrap.ci.hi, s.worst.naive_min,
-                s.worst.naive_argmin, s.worst.split_min, s.gap.gap, s.gap.expected_null_gap, s.gap.sd, s.mde);
+                s.worst.naive_argmin, s.worst.split_min, s.worst.naive_deficit, s.worst.split_deficit, s.gap.gap,
+                s.gap.expected_null_gap, s.gap.sd, s.gap.relative_gap, s.mde);
   }
 }
 
@@ -261,23 +275,33 @@ int run_selftest_cmd(const SelftestArgs& a) {
                    bar, (long long)p.done, (long long)p.total, p.phase, p.eta_s);
       if (p.done == p.total || !is_tty) std::fprintf(stderr, "\n");
     };
-  SelftestResult res;
-  s = run_selftest(*model, o, &res);
-  if (!s.ok()) return report(cmd, s);
-
-  SelftestResult ctl;
-  bool have_control = false;
+  // The control's twin is loaded first: a file without one is refused before the long run.
   std::unique_ptr<Model> twin;
   if (a.control) {
     Model::LoadOptions lo;
     lo.full_attention = true;
     s = Model::load(a.model, lo, &twin);
     if (!s.ok()) return report(cmd, s.with_context("--control"));
+  }
+  SelftestResult res;
+  s = run_selftest(*model, o, &res);
+  if (!s.ok()) return report(cmd, s);
+
+  SelftestResult ctl;
+  bool have_control = false;
+  if (a.control) {
+    // Exactly the same probes: the same sweep, samples and target distance (the twin has no
+    // local window, so it would otherwise place targets closer to the query).
     SelftestOptions oc = o;
-    oc.period = int32_t(res.period);  // the same sweep as the compressed run
+    oc.period = int32_t(res.period);
+    oc.samples = res.protocols.empty() ? o.samples : res.protocols[0].clusters;
+    oc.budget_s = 0;
+    oc.min_distance = res.min_distance;
     label = "full KV";
     s = run_selftest(*twin, oc, &ctl);
     if (!s.ok()) return report(cmd, s.with_context("--control"));
+    if (ctl.probe_digest != res.probe_digest)
+      return report(cmd, make_error(StatusCode::kInternal, "--control: the twin's probes differ from the run's"));
     have_control = true;
   }
 
@@ -340,9 +364,16 @@ int run_selftest_cmd(const SelftestArgs& a) {
                   "to the strongest residue %u.",
                   res.t0, res.t0 % P, pad, pad == 1 ? "" : "s", best);
     advice.push_back(line);
-    if (!res.flagged.empty())
-      advice.push_back("Repeat critical facts at complementary phases (shifted by a few tokens), so that no single "
-                       "residue carries them.");
+    // Complementary phases: a copy of a fact shifted by d tokens moves from residue r to r + d.
+    for (int32_t f : res.flagged) {
+      const uint32_t d = (best + P - uint32_t(f)) % P;
+      if (d == 0) continue;
+      std::snprintf(line, sizeof line,
+                    "Repeat critical facts at complementary phases: a copy placed %u token%s after a fact on weak "
+                    "residue %d lands on the strongest residue %u.",
+                    d, d == 1 ? "" : "s", f, best);
+      advice.push_back(line);
+    }
   }
   j["template"] = {{"t0", res.t0},
                    {"phase", res.t0 % P},
@@ -352,10 +383,12 @@ int run_selftest_cmd(const SelftestArgs& a) {
                    {"advice", {{"strongest_residue", best}, {"pad_tokens_before_slot", pad}, {"text", advice}}}};
   j["protocols"] = protocols_json(res);
   j["flagged"] = res.flagged;
+  j["probe_digest"] = hex64(res.probe_digest);
   if (have_control) {
     j["control"] = {{"memories", memory_runs(twin->spec())},
                     {"protocols", protocols_json(ctl)},
                     {"flagged", ctl.flagged},
+                    {"probe_digest", hex64(ctl.probe_digest)},
                     {"compression_gap", mean_over_protocols(ctl) - mean_over_protocols(res)}};
   } else {
     j["control"] = nullptr;

@@ -111,7 +111,9 @@ def selftest_checks(a, smol):
     period = "2" if a.sanitized else "4"
     base = ["selftest", "-m", smol, "--ctx", "72" if a.sanitized else "96", "--samples", "4", "--period", period,
             "-t", "2", "-q"]
-    extra = ["--protocol", "outer"] if a.sanitized else []
+    # --control on a full-KV file: its twin is the same model on the same probes, so every
+    # figure must come out identical (the host build; it doubles the run).
+    extra = ["--protocol", "outer"] if a.sanitized else ["--control"]
     rc, out, err = run(base + extra + ["--template", tpl, "--json", rj, "--html", rh, "--gate-max-gap", "1.0"])
     check(rc == 0 and (a.sanitized or "in_sequence padding" in out) and "outer padding" in out,
           "selftest runs: " + out + err)
@@ -123,6 +125,14 @@ def selftest_checks(a, smol):
         # Control: full attention has no phase, so nothing may be flagged (a false alarm has
         # probability <= alpha per run; this seed is fixed).
         check(j["flagged"] == [], "full-KV model flags nothing: %s" % j["flagged"])
+        if not a.sanitized:
+            c = j["control"]
+            check(c is not None and c["probe_digest"] == j["probe_digest"], "control on the same probes")
+            if c is not None:
+                check(c["compression_gap"] == 0 and c["flagged"] == j["flagged"] and
+                      [e["hits"] for p in c["protocols"].values() for e in p["residues"]] ==
+                      [e["hits"] for p in j["protocols"].values() for e in p["residues"]],
+                      "control of a full-KV model = the run itself")
         rc2 = subprocess.run([sys.executable, os.path.join(here, "test_selftest_report.py"), "--schema",
                               os.path.join(here, "..", "..", "docs", "selftest.schema.json"), "--report", rj,
                               "--html", rh, "--out-dir", a.tmp], capture_output=True, text=True)

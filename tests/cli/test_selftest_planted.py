@@ -56,12 +56,12 @@ def main():
         p = subprocess.run([a.phasekv] + args, capture_output=True, text=True)
         return p.returncode, p.stdout, p.stderr
 
-    def selftest(model, extra):
+    def selftest(model, extra, want_rc=0):
         rc, out, err = phasekv(["selftest", "-m", model, "-c", a.ctx, "--seed", a.seed, "-t", "2", "-q",
                                 "--json", rep] + extra)
         print(out)
-        check(rc == 0, "selftest %s: %s" % (model, err))
-        return json.load(open(rep)) if rc == 0 else None
+        check(rc == want_rc, "selftest %s: exit code %d (want %d): %s" % (model, rc, want_rc, err))
+        return json.load(open(rep)) if rc == want_rc else None
 
     try:
         p = subprocess.run([sys.executable, os.path.join(here, "..", "reference", "value_gates.py"), "--gguf",
@@ -72,8 +72,11 @@ def main():
         rc, _, err = phasekv(["convert", a.smollm2, weak, "--force", "--kv",
                               "20-29:compressed:W=8,S=8,L=16,gate=scalar", "--gates", gates])
         check(rc == 0, "convert with the weak-offset gates: " + err)
-        j = selftest(weak, ["--samples", "6"]) if rc == 0 else None
+        # A release gate on the worst residue must fail there: exit code 3.
+        j = selftest(weak, ["--samples", "6", "--gate-min-acc", "0.2"], want_rc=3) if rc == 0 else None
         if j:
+            worst = min(r["accuracy"] for pr in j["protocols"].values() for r in pr["residues"])
+            check(not j["gates"]["pass"] and worst < 0.2, "gate min_acc 0.2 fails (worst A_r %.3f)" % worst)
             acc = {pr: [r["accuracy"] for r in j["protocols"][pr]["residues"]] for pr in j["protocols"]}
             check(j["period"] == 8 and j["period_source"] == "strides", "period 8 from the strides")
             check(j["flagged"] == [5], "planted weak offset 5: flagged %s, accuracy %s" % (j["flagged"], acc))

@@ -104,6 +104,9 @@ def check_protocol(where, p, P):
         check(lo <= hi, "%s: interval %s has lo > hi" % (w, e["ci"]))
         check(lo - 1e-6 <= e["accuracy"] <= hi + 1e-6, "%s: accuracy %s outside its interval %s" % (w, e["accuracy"], e["ci"]))
         check(e["holm_p"] >= e["loo_p"] - 1e-9, "%s: Holm p %s below the raw p %s" % (w, e["holm_p"], e["loo_p"]))
+        # Jensen: the mean of exp(-NLL) is at least exp(-mean NLL).
+        check(e["probability"] >= math.exp(-e["nll"]) - 1e-9, "%s: probability %s below exp(-nll) %s"
+              % (w, e["probability"], math.exp(-e["nll"])))
     flagged = [e["r"] for e in res if e["flagged"]]
     check(p["flagged"] == flagged, "%s: flagged %s, residues marked flagged %s" % (where, p["flagged"], flagged))
     acc = [e["accuracy"] for e in res]
@@ -114,6 +117,9 @@ def check_protocol(where, p, P):
         check(0 <= s["argmin"] < len(acc) and close(acc[s["argmin"]], min(acc)),
               "%s: argmin %s is not the worst residue" % (where, s["argmin"]))
         check(close(s["gap"], max(acc) - min(acc)), "%s: gap %s != max - min" % (where, s["gap"]))
+        others = [x for i, x in enumerate(acc) if i != s["argmin"]]
+        check(close(s["deficit"], sum(others) / len(others) - min(acc)),
+              "%s: deficit %s != mean of the other residues - A_min" % (where, s["deficit"]))
         if s["mean_accuracy"] > 0:
             check(close(s["gap_rel"], s["gap"] / s["mean_accuracy"]), "%s: gap_rel != gap / mean" % where)
     check(s["mean_ci"][0] <= s["mean_ci"][1], "%s: mean_ci %s has lo > hi" % (where, s["mean_ci"]))
@@ -148,6 +154,8 @@ def check_relations(r):
             check_protocol("control.protocols.%s" % name, p, P)
             cu |= set(p["flagged"])
         check(c["flagged"] == sorted(cu), "control.flagged %s != union %s" % (c["flagged"], sorted(cu)))
+        check(c["probe_digest"] == r["probe_digest"], "the control evaluated other probes: digest %s != %s"
+              % (c["probe_digest"], r["probe_digest"]))
         shared = [n for n in r["protocols"] if n in c["protocols"]]
         if shared:
             gap = sum(c["protocols"][n]["summary"]["mean_accuracy"] - r["protocols"][n]["summary"]["mean_accuracy"]

@@ -295,3 +295,61 @@ TEST_CASE("selftest: the C API entry point runs the same self-test as the C++ on
   pkv_model_free(cm);
   std::remove(path.c_str());
 }
+
+TEST_CASE("selftest: the --control twin is given exactly the compressed run's probes") {
+  if (!have_smollm2()) {
+    MESSAGE("skipped: no SmolLM2 GGUF");
+    return;
+  }
+  // A retrofit whose compressed layers have a local window (L = 16): targets must stay
+  // L + P + 4 = 28 tokens from the query. The twin has no window of its own.
+  const std::string path = tmp_path("selftest_control.pkv");
+  ImportOptions io;
+  io.kv_specs = {"20-29:compressed:W=8,S=8,L=16,gate=uniform"};
+  REQUIRE(convert_gguf_to_pkv(PHASEKV_TEST_MODEL_PATH, path, io).ok());
+  std::unique_ptr<Model> comp, twin;
+  REQUIRE(Model::load(path, &comp).ok());
+  Model::LoadOptions lo;
+  lo.full_attention = true;
+  REQUIRE(Model::load(path, lo, &twin).ok());
+  std::remove(path.c_str());
+
+  SelftestOptions o;
+  o.probe_tokens = 256;
+  o.samples = 4;
+  o.seed = 3;
+  o.plan_only = true;
+  SelftestResult rc;
+  REQUIRE(run_selftest(*comp, o, &rc).ok());
+  CHECK(rc.period == 8);
+  CHECK(rc.max_local == 16);
+  CHECK(rc.min_distance == 16 + 8 + 4);
+  CHECK(rc.probes == 2 * 2 * 4 * 8);
+  CHECK(rc.naive_prefill_tokens == 256 * rc.probes);
+  CHECK(rc.prefill_tokens == 0);  // nothing evaluated
+
+  // What --control passes: the same period, samples and distance -> the same probes.
+  SelftestOptions oc = o;
+  oc.period = 8;
+  oc.min_distance = rc.min_distance;
+  SelftestResult same;
+  REQUIRE(run_selftest(*twin, oc, &same).ok());
+  CHECK(same.max_local == 0);
+  CHECK(same.probes == rc.probes);
+  CHECK(same.probe_digest == rc.probe_digest);
+  // Left to itself the twin would keep targets only P + 4 from the query: other probes.
+  oc.min_distance = 0;
+  SelftestResult own;
+  REQUIRE(run_selftest(*twin, oc, &own).ok());
+  CHECK(own.min_distance == 8 + 4);
+  CHECK(own.probe_digest != rc.probe_digest);
+  // The digest follows the content: another seed, other probes.
+  o.seed = 4;
+  SelftestResult other;
+  REQUIRE(run_selftest(*comp, o, &other).ok());
+  CHECK(other.probe_digest != rc.probe_digest);
+  // plan_only evaluates nothing, so it cannot time a budget.
+  o.samples = 0;
+  o.budget_s = 60;
+  CHECK(run_selftest(*comp, o, &other).code() == StatusCode::kInvalidArgument);
+}

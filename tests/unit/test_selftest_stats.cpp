@@ -396,6 +396,47 @@ TEST_CASE("selftest stats: cluster bootstrap is deterministic and sane") {
   CHECK(d.se == 0.0);
 }
 
+TEST_CASE("selftest stats: cluster bootstrap matches the exact bootstrap distribution") {
+  // Four clusters of P = 4 hits with cluster means 0, 1/4, 1/2, 1. The exact bootstrap draws
+  // one of 4^4 = 256 equally likely ordered resamples; in quarters the resample sum S is
+  // the sum of four draws from {0, 1, 2, 4}, and Ā* = S/16. By hand:
+  //   P(S <= 1) = (1 + 4)/256 = 0.0195,  P(S <= 2) = (1 + 4 + 6 + 4)/256 = 0.0586
+  //     -> the 2.5 % quantile is S = 2, Ā* = 0.125;
+  //   P(S >= 14) = (1 + 4)/256 = 0.0195,  P(S >= 13) = (1 + 4 + 4)/256 = 0.0352
+  //     -> the 97.5 % quantile is S = 13, Ā* = 0.8125;
+  //   sd(Ā*) = sqrt(var_pop/4), var_pop = 0.546875/4 -> sd = sqrt(0.0341796875) = 0.18488.
+  // Both quantiles lie inside an atom by >= 0.0055 of probability, ~15 Monte-Carlo sds at
+  // B = 200,000, so the percentile interval must land exactly on them.
+  ClusterMatrix y = ClusterMatrix::zeros(4, 4);
+  const int ones[4] = {0, 1, 2, 4};
+  for (int c = 0; c < 4; ++c)
+    for (int t = 0; t < ones[c]; ++t) y.at(c, t) = 1.0;
+  BootstrapParams bp;
+  bp.n_replicates = 200000;
+  bp.seed = 11;
+  const BootstrapResult b = cluster_bootstrap_mean(y, bp);
+  CHECK(b.estimate == 0.4375);
+  CHECK(b.ci.lo == 0.125);
+  CHECK(b.ci.hi == 0.8125);
+  CHECK(b.se == doctest::Approx(std::sqrt(0.0341796875)).epsilon(0.01));
+  // A 50 % interval: P(S <= 5) and P(S <= 9) by enumeration (an independent count here).
+  int count[17] = {0};
+  for (int i = 0; i < 256; ++i) count[ones[i & 3] + ones[(i >> 2) & 3] + ones[(i >> 4) & 3] + ones[(i >> 6) & 3]]++;
+  double cdf = 0;
+  int q25 = -1, q75 = -1;
+  for (int sum = 0; sum <= 16; ++sum) {
+    const double before = cdf;
+    cdf += count[sum] / 256.0;
+    if (before < 0.25 && cdf >= 0.25) q25 = sum;
+    if (before < 0.75 && cdf >= 0.75) q75 = sum;
+  }
+  CHECK(count[2] == 10);  // two 1s (6 orders) or one 2 (4 orders), the rest 0
+  bp.level = 0.5;
+  const BootstrapResult h = cluster_bootstrap_mean(y, bp);
+  CHECK(h.ci.lo == q25 / 16.0);
+  CHECK(h.ci.hi == q75 / 16.0);
+}
+
 TEST_CASE("selftest stats: periodogram identity on random series") {
   Rng rng(8);
   struct Case {
