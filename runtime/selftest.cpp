@@ -434,7 +434,7 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
     P = uint32_t(o.period);
     r.period_source = "override";
   } else if (r.strides.empty()) {
-    P = 16;  // no compressed layer: sweep 16 shifts and scan the periods dividing 16
+    P = 16;  // no compressed layer: sweep 16 shifts, scan periods 2..16 over target positions
     r.period_source = "scan";
   } else {
     r.period_source = "strides";
@@ -655,7 +655,18 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
     ps.seed = o.seed;
     ps.detrend = false;
     ps.alpha = o.alpha;
-    pres.period_scan = selftest::period_scan(pooled.hit, ps);
+    if (r.period_source == "scan") {
+      // No compressed layer: scan every period 2..16 over the targets' absolute positions
+      // (residues mod 16 only tell the divisors of 16 apart).
+      const size_t pi = size_t(&pres - r.protocols.data());
+      selftest::ClusterMatrix pos = selftest::ClusterMatrix::zeros(2 * C, int32_t(P));
+      for (int32_t c = 0; c < 2 * C; ++c)
+        for (const Probe& p : clusters[pi][size_t(c)]) pos.at(c, p.residue) = double(p.value_pos);
+      ps.max_period = 16;
+      pres.period_scan = selftest::position_period_scan(pooled.hit, pos, ps);
+    } else {
+      pres.period_scan = selftest::period_scan(pooled.hit, ps);
+    }
     for (int32_t f : pres.flagged)
       if (std::find(r.flagged.begin(), r.flagged.end(), f) == r.flagged.end()) r.flagged.push_back(f);
   }

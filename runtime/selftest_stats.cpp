@@ -789,6 +789,93 @@ PeriodScan period_scan(const ClusterMatrix& y, const PeriodScanParams& params) {
   return out;
 }
 
+// ---- period scan over absolute positions ------------------------------------------------------
+
+namespace {
+// G_Q of y grouped by pos mod Q; sums/counts are scratch of size Q.
+double class_power(const ClusterMatrix& y, const ClusterMatrix& pos, int32_t Q, std::vector<double>& sums,
+                   std::vector<double>& counts, double* means = nullptr) {
+  sums.assign(size_t(Q), 0.0);
+  counts.assign(size_t(Q), 0.0);
+  double total = 0.0;
+  for (size_t i = 0; i < y.v.size(); ++i) {
+    const size_t q = size_t(int64_t(pos.v[i]) % Q);
+    sums[q] += y.v[i];
+    counts[q] += 1.0;
+    total += y.v[i];
+  }
+  const double m = total / double(y.v.size());
+  double g = 0.0;
+  for (int32_t q = 0; q < Q; ++q) {
+    const double mq = counts[size_t(q)] > 0 ? sums[size_t(q)] / counts[size_t(q)] : m;
+    if (means) means[q] = mq;
+    g += counts[size_t(q)] * (mq - m) * (mq - m);
+  }
+  return g;
+}
+}  // namespace
+
+PeriodScan position_period_scan(const ClusterMatrix& y, const ClusterMatrix& pos, const PeriodScanParams& params) {
+  const int32_t C = y.n_clusters, T = y.n_cols;
+  PKV_ASSERT(C >= 1 && T >= 2 && y.v.size() == size_t(C) * size_t(T));
+  PKV_ASSERT(pos.n_clusters == C && pos.n_cols == T && pos.v.size() == y.v.size());
+  PKV_ASSERT(params.n_permutations >= 1 && params.max_period >= 2);
+  for (double p : pos.v) PKV_ASSERT(p >= 0.0 && p == std::floor(p));
+  PeriodScan out;
+  std::vector<double> sums, counts;
+  const int32_t n_p = params.max_period - 1;
+  std::vector<double> g_obs(static_cast<size_t>(n_p));
+  out.candidates.resize(size_t(n_p));
+  for (int32_t i = 0; i < n_p; ++i) {
+    const int32_t Q = i + 2;
+    g_obs[size_t(i)] = class_power(y, pos, Q, sums, counts);
+    PeriodCandidate& pc = out.candidates[size_t(i)];
+    pc.period = Q;
+    pc.power = g_obs[size_t(i)];
+    pc.normalized = pc.power / double(Q - 1);
+  }
+  int32_t best = 0;
+  for (int32_t i = 1; i < n_p; ++i)
+    if (out.candidates[size_t(i)].normalized > out.candidates[size_t(best)].normalized) best = i;
+  out.scan_argmax = best + 2;
+  out.scan_stat = out.candidates[size_t(best)].normalized;
+
+  Rng rng(params.seed);
+  ClusterMatrix w = y;
+  const int32_t B = params.n_permutations;
+  std::vector<int64_t> exceed(static_cast<size_t>(n_p), 0);
+  int64_t exceed_scan = 0;
+  for (int32_t b = 0; b < B; ++b) {
+    for (int32_t c = 0; c < C; ++c) shuffle_strided(&w.v[size_t(c) * size_t(T)], T, 1, rng);
+    double sc = 0.0;
+    for (int32_t i = 0; i < n_p; ++i) {
+      const double g = class_power(w, pos, i + 2, sums, counts);
+      if (at_least(g, g_obs[size_t(i)])) ++exceed[size_t(i)];
+      sc = std::max(sc, g / double(i + 1));
+    }
+    if (at_least(sc, out.scan_stat)) ++exceed_scan;
+  }
+  for (int32_t i = 0; i < n_p; ++i) out.candidates[size_t(i)].p = permutation_p(exceed[size_t(i)], B);
+  out.scan_p = permutation_p(exceed_scan, B);
+  out.detected = out.scan_p <= params.alpha;
+  out.period = out.scan_argmax;
+
+  const int32_t P = out.period;
+  out.folded_means.resize(size_t(P));
+  class_power(y, pos, P, sums, counts, out.folded_means.data());
+  double re = 0.0, im = 0.0;
+  for (int32_t r = 0; r < P; ++r) {
+    const double ang = 2.0 * kPi * double(r) / double(P);
+    re += out.folded_means[size_t(r)] * std::cos(ang);
+    im -= out.folded_means[size_t(r)] * std::sin(ang);
+  }
+  double trough = double(P) * (kPi - std::atan2(im, re)) / (2.0 * kPi);
+  trough = std::fmod(trough, double(P));
+  if (trough < 0.0) trough += double(P);
+  out.fundamental_trough = trough;
+  return out;
+}
+
 // ---- power ----------------------------------------------------------------------------------
 
 namespace {

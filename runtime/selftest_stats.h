@@ -353,6 +353,22 @@ struct PeriodScan {
 };
 PeriodScan period_scan(const ClusterMatrix& y, const PeriodScanParams& params);
 
+// Period scan over absolute positions, for a model without compressed layers: its sweep has
+// P = 16 residue columns, and a period Q that does not divide 16 cannot be read from residues
+// mod 16 — but every probe's target position is known. y[c][j] is the outcome of cluster c's
+// probe j, pos[c][j] its target position (an integer >= 0). For each Q in
+// [2, params.max_period] the observations are grouped by pos mod Q (every cluster's outcome
+// pooled, so a cluster that does not visit every class still counts):
+//   G_Q = Σ_q n_q (m_q − m)²   (n_q observations in class q, mean m_q; m the grand mean),
+// the between-class sum of squares; for one cluster at positions 0..T−1 and Q | T it equals
+// folded_power. normalized = G_Q/(Q−1). Permutations shuffle each cluster's outcomes among its
+// positions (B of them, shared by every Q): per-candidate p of G_Q, and the scan p of
+// S = max_Q G_Q/(Q−1). period = the candidate with the largest normalized power (smallest on
+// ties), detected = scan_p <= alpha; folded_means are the class means m_q at that period and
+// fundamental_trough as in period_scan. params.detrend is ignored (positions within a cluster
+// span only a few tokens).
+PeriodScan position_period_scan(const ClusterMatrix& y, const ClusterMatrix& pos, const PeriodScanParams& params);
+
 // ---- power (§3.7) ---------------------------------------------------------------------------
 
 struct PowerParams {

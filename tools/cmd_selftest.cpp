@@ -208,6 +208,16 @@ void print_table(const SelftestResult& r) {
                 s.mean_accuracy, s.mean_bootstrap.ci.lo, s.mean_bootstrap.ci.hi, s.worst.naive_min,
                 s.worst.naive_argmin, s.worst.split_min, s.worst.naive_deficit, s.worst.split_deficit, s.gap.gap,
                 s.gap.expected_null_gap, s.gap.sd, s.gap.relative_gap, s.mde);
+    const selftest::PeriodScan& ps = p.period_scan;
+    if (!ps.candidates.empty()) {
+      const char* over = r.period_source == "scan" ? "target positions" : "the residue curve";
+      if (ps.detected)
+        std::printf("  period scan over %s (periods %d..%d): period %d detected (p = %.3f)\n", over,
+                    ps.candidates.front().period, ps.candidates.back().period, ps.period, ps.scan_p);
+      else
+        std::printf("  period scan over %s (periods %d..%d): no period detected (p = %.3f)\n", over,
+                    ps.candidates.front().period, ps.candidates.back().period, ps.scan_p);
+    }
   }
 }
 

@@ -713,3 +713,97 @@ TEST_CASE("selftest stats: summary is consistent with its parts") {
                              << "] gap " << s.gap.gap << " null " << s.gap.expected_null_gap
                              << " MDE " << s.mde);
 }
+
+TEST_CASE("selftest stats: position period scan, by hand and against folding") {
+  // One cluster at positions 0..5 with outcomes 1 0 0 1 0 0 (grand mean 1/3). By hand:
+  //   Q = 2: classes {1,0,0} and {0,1,0}, both 1/3 -> G_2 = 0;
+  //   Q = 3: class 0 = {1,1} (mean 1), classes 1, 2 mean 0 -> G_3 = 2(2/3)^2 + 4(1/3)^2 = 4/3;
+  //   Q = 4: {1,0}, {0,0}, {0}, {1} -> G_4 = 2(1/6)^2 + 2(1/3)^2 + (1/3)^2 + (2/3)^2 = 5/6;
+  //   Q = 6: every value alone -> G_6 = Σ (y − 1/3)^2 = 4/3.
+  // Normalized by Q − 1: 0, 2/3, 5/18, 0.208, 4/15 -> the scan picks Q = 3.
+  ClusterMatrix y = ClusterMatrix::zeros(1, 6), pos = ClusterMatrix::zeros(1, 6);
+  const double v[6] = {1, 0, 0, 1, 0, 0};
+  for (int t = 0; t < 6; ++t) {
+    y.at(0, t) = v[t];
+    pos.at(0, t) = t;
+  }
+  PeriodScanParams ps;
+  ps.max_period = 6;
+  ps.n_permutations = 99;
+  ps.seed = 3;
+  PeriodScan s = position_period_scan(y, pos, ps);
+  REQUIRE(s.candidates.size() == 5);
+  CHECK(s.candidates[0].period == 2);
+  CHECK(s.candidates[0].power == doctest::Approx(0.0).scale(1.0));
+  CHECK(s.candidates[1].power == doctest::Approx(4.0 / 3.0));
+  CHECK(s.candidates[2].power == doctest::Approx(5.0 / 6.0));
+  CHECK(s.candidates[4].power == doctest::Approx(4.0 / 3.0));
+  CHECK(s.scan_argmax == 3);
+  CHECK(s.period == 3);
+  REQUIRE(s.folded_means.size() == 3);
+  CHECK(s.folded_means[0] == 1.0);
+  CHECK(s.folded_means[1] == 0.0);
+  // Positions shifted by a multiple of every Q (lcm(2..6) = 60) change nothing.
+  for (double& p : pos.v) p += 60;
+  CHECK(position_period_scan(y, pos, ps).candidates[1].power == doctest::Approx(4.0 / 3.0));
+
+  // Consecutive positions 0..15 and Q | 16: G_Q is the folded power (T/Q)·Σ_r (m_r − m̄)².
+  Rng rng(5);
+  ClusterMatrix x = ClusterMatrix::zeros(1, 16), px = ClusterMatrix::zeros(1, 16);
+  std::vector<double> series(16);
+  for (int t = 0; t < 16; ++t) {
+    series[size_t(t)] = x.at(0, t) = rng.uniform();
+    px.at(0, t) = t;
+  }
+  ps.max_period = 16;
+  s = position_period_scan(x, px, ps);
+  REQUIRE(s.candidates.size() == 15);
+  for (int Q : {2, 4, 8, 16})
+    CHECK(s.candidates[size_t(Q - 2)].power == doctest::Approx(folded_power(series, Q)).epsilon(1e-12));
+}
+
+TEST_CASE("selftest stats: position period scan finds a period that does not divide the sweep") {
+  // 32 clusters, each 16 consecutive target positions from a random start: accuracy 0.85,
+  // except 0.15 where pos ≡ 1 (mod 3). Residues mod 16 cannot show period 3; positions can.
+  Rng rng(17);
+  auto make = [&](bool planted, ClusterMatrix* y, ClusterMatrix* pos) {
+    *y = ClusterMatrix::zeros(32, 16);
+    *pos = ClusterMatrix::zeros(32, 16);
+    for (int c = 0; c < 32; ++c) {
+      const int base = 100 + int(rng.below(300));
+      for (int j = 0; j < 16; ++j) {
+        const int p = base + j;
+        const double acc = planted && p % 3 == 1 ? 0.15 : (planted ? 0.85 : 0.7);
+        pos->at(c, (p % 16)) = p;
+        y->at(c, p % 16) = rng.uniform() < acc ? 1.0 : 0.0;
+      }
+    }
+  };
+  ClusterMatrix y, pos;
+  make(true, &y, &pos);
+  PeriodScanParams ps;
+  ps.max_period = 16;
+  ps.n_permutations = 999;
+  ps.seed = 9;
+  const PeriodScan s = position_period_scan(y, pos, ps);
+  CHECK(s.detected);
+  CHECK(s.period == 3);
+  CHECK(s.candidates[1].p < 0.01);
+  CHECK(s.fundamental_trough == doctest::Approx(1.0).epsilon(0.2).scale(1.0));
+  // The residue-column scan over the same data has only 2, 4, 8, 16 to offer.
+  PeriodScanParams rs = ps;
+  rs.detrend = false;
+  const PeriodScan r = period_scan(y, rs);
+  for (const PeriodCandidate& c : r.candidates) CHECK(16 % c.period == 0);
+
+  // Without a planted period: over 20 data sets at alpha 0.05, P(>= 5 detections) = 0.003.
+  int detections = 0;
+  ps.n_permutations = 199;
+  for (int k = 0; k < 20; ++k) {
+    make(false, &y, &pos);
+    ps.seed = uint64_t(100 + k);
+    detections += position_period_scan(y, pos, ps).detected ? 1 : 0;
+  }
+  MESSAGE("position scan false alarms: " << detections << " / 20");
+  CHECK(detections <= 4);
+}
