@@ -628,6 +628,21 @@ PeriodogramIdentity check_periodogram_identity(const std::vector<double>& x, int
 
 namespace {
 
+// Where the folded means' fundamental sinusoid is lowest: P(π − arg M_1)/2π mod P.
+double fundamental_trough(const std::vector<double>& m) {
+  const int32_t P = int32_t(m.size());
+  double re = 0.0, im = 0.0;
+  for (int32_t r = 0; r < P; ++r) {
+    const double ang = 2.0 * kPi * double(r) / double(P);
+    re += m[size_t(r)] * std::cos(ang);
+    im -= m[size_t(r)] * std::sin(ang);
+  }
+  double trough = double(P) * (kPi - std::atan2(im, re)) / (2.0 * kPi);
+  trough = std::fmod(trough, double(P));
+  if (trough < 0.0) trough += double(P);
+  return trough;
+}
+
 // Cluster-averaged series x̄_t of a [C, T] matrix.
 void column_means(const ClusterMatrix& y, std::vector<double>& xbar) {
   xbar.assign(size_t(y.n_cols), 0.0);
@@ -776,16 +791,7 @@ PeriodScan period_scan(const ClusterMatrix& y, const PeriodScanParams& params) {
   const int32_t P = out.period;
   out.folded_means.resize(size_t(P));
   fold(xbar.data(), T, P, out.folded_means.data());
-  double re = 0.0, im = 0.0;
-  for (int32_t r = 0; r < P; ++r) {
-    const double ang = 2.0 * kPi * double(r) / double(P);
-    re += out.folded_means[size_t(r)] * std::cos(ang);
-    im -= out.folded_means[size_t(r)] * std::sin(ang);
-  }
-  double trough = double(P) * (kPi - std::atan2(im, re)) / (2.0 * kPi);
-  trough = std::fmod(trough, double(P));
-  if (trough < 0.0) trough += double(P);
-  out.fundamental_trough = trough;
+  out.fundamental_trough = fundamental_trough(out.folded_means);
   return out;
 }
 
@@ -863,16 +869,7 @@ PeriodScan position_period_scan(const ClusterMatrix& y, const ClusterMatrix& pos
   const int32_t P = out.period;
   out.folded_means.resize(size_t(P));
   class_power(y, pos, P, sums, counts, out.folded_means.data());
-  double re = 0.0, im = 0.0;
-  for (int32_t r = 0; r < P; ++r) {
-    const double ang = 2.0 * kPi * double(r) / double(P);
-    re += out.folded_means[size_t(r)] * std::cos(ang);
-    im -= out.folded_means[size_t(r)] * std::sin(ang);
-  }
-  double trough = double(P) * (kPi - std::atan2(im, re)) / (2.0 * kPi);
-  trough = std::fmod(trough, double(P));
-  if (trough < 0.0) trough += double(P);
-  out.fundamental_trough = trough;
+  out.fundamental_trough = fundamental_trough(out.folded_means);
   return out;
 }
 
