@@ -10,18 +10,90 @@
 //     an op, when something is unsupported.
 //   * Within one backend, results do not depend on the chunking of a prompt or on the
 //     thread count (see kernels/cpu/cpu_kernels.h for how the CPU backend keeps that).
+//   * Memory: the backend says where a context's state lives (state_space()) and takes each
+//     memory space's arena in ONE allocate() at context creation; ops read and write only those
+//     arenas, the caller's host buffers named as such (upload/download), and the weights it
+//     mapped (map_weights). Ops are issued in order and may run asynchronously (CUDA: one
+//     stream); synchronize() waits for all of them and returns the first failure since the
+//     previous call (a CUDA launch or execution error with its message), never aborting.
 // Shapes are written [rows, cols], row-major; "tokens" is the chunk being evaluated.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "dtype.h"
 #include "status.h"
 
 namespace phasekv {
 
-enum class BackendOp { Embed, RmsNorm, Matmul, Rope, Attention, Compress, SiluMul, Add };
+enum class BackendOp {
+  Embed, RmsNorm, Matmul, Rope, Attention, Compress, CompressReset, SiluMul, Add,
+  Copy,       // copy / upload / download of raw bytes
+  RingWrite,  // the chunk's last rows into a windowed layer's ring
+  GoldScore,  // NLL, argmax and hit of one gold token over a logit row
+};
+const char* backend_op_name(BackendOp op);
+
+// Where a buffer lives. Host: ordinary memory; PinnedHost: page-locked host memory that a GPU
+// can copy from asynchronously (the CPU backend treats it as Host); Device: GPU memory.
+enum class MemorySpace : uint8_t { Host = 0, PinnedHost = 1, Device = 2 };
+constexpr int kMemorySpaces = 3;
+const char* memory_space_name(MemorySpace s);
+
+// The gold-score op's result (one per scored logit row), in backend memory.
+struct ScoreResult {
+  double nll = 0;      // log(sum_i exp(l_i - max)) - (l_gold - max), sums in double, index order on the CPU
+  int32_t argmax = 0;  // the first index holding the maximum logit
+  int32_t hit = 0;     // argmax == gold
+};
+
+// Host memory the weights live in (the mapped tensor blob, norms converted at load, RoPE tables).
+struct HostRegion {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// The weights as a backend's ops read them: identity on the CPU; on a discrete GPU one device
+// copy; on an integrated GPU one copy in pinned, mapped host memory. Made once per model and
+// backend kind, shared by every context of that model (Model keeps it).
+class WeightMapping {
+ public:
+  virtual ~WeightMapping() = default;
+  // The address ops use for `host`, a pointer into one of the mapped regions (nullptr -> nullptr;
+  // a pointer outside every region -> nullptr too, which the caller treats as an internal error).
+  const void* translate(const void* host) const;
+  const char* mode() const { return mode_; }              // "host" (in place), "device copy", "mapped host"
+  MemorySpace space() const { return space_; }            // where the copy lives (Host: no copy)
+  uint64_t bytes() const { return bytes_; }               // bytes of the copy (0 for in place)
+
+ protected:
+  struct Region {
+    const uint8_t* host;
+    size_t bytes;
+    const uint8_t* mapped;
+  };
+  std::vector<Region> regions_;
+  const char* mode_ = "host";
+  MemorySpace space_ = MemorySpace::Host;
+  uint64_t bytes_ = 0;
+};
+
+// A windowed layer keeps its chunk's last min(n_tokens, ring_rows) K/V rows: token t of the
+// chunk goes to ring row (first_pos + t) % ring_rows.
+struct RingWriteArgs {
+  float* ring_k = nullptr;         // [ring_rows, kvd]
+  float* ring_v = nullptr;
+  const float* k_rows = nullptr;   // [n_tokens, kvd]
+  const float* v_rows = nullptr;
+  int n_tokens = 0;
+  int first_pos = 0;
+  int ring_rows = 0;
+  int kvd = 0;
+};
 
 // A weight matrix [rows, cols] in the model file.
 struct WeightView {
@@ -38,6 +110,7 @@ struct WorkspaceQuery {
   int max_k = 1;        // largest inner dimension of a matmul
   int n_ctx = 1;        // most keys one query can see
   int attention_group = 1;  // query heads per KV head (scored together)
+  int head_dim = 1;
   int n_threads = 1;
 };
 
@@ -111,12 +184,42 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  // The kernel set in use: the CPU's instruction set ("avx2"), or the GPU ("cuda sm_90 NVIDIA H200").
+  virtual const char* kernels_name() const { return name(); }
   virtual bool supports(BackendOp op, DType weight_type) const = 0;
 
   virtual size_t workspace_bytes(const WorkspaceQuery& q) const = 0;
   virtual Status bind_workspace(void* base, size_t bytes, const WorkspaceQuery& q) = 0;
 
-  // out[t, :] = dequantized table row tokens[t]                      out: [n, table.cols]
+  // ---- memory (context creation only; never inside prefill, decode or a probe loop) ----
+  // Where KV memories, activation scratch and the workspace live.
+  virtual MemorySpace state_space() const = 0;
+  // Where map_weights() puts the weights, and how many bytes of that space it takes for a blob
+  // of `host_bytes` (0 when the weights are read in place).
+  virtual MemorySpace weights_space() const = 0;
+  // A key naming what map_weights() makes: contexts whose backends give the same key share one
+  // mapping of a model ("cpu", "cuda:0:device copy").
+  virtual std::string weights_key() const = 0;
+  virtual Status map_weights(const HostRegion* regions, int n_regions, std::shared_ptr<WeightMapping>* out) = 0;
+  // One arena of `bytes` in `space` (aligned to 256 bytes); kOutOfMemory when it cannot be had.
+  virtual Status allocate(MemorySpace space, size_t bytes, void** out) = 0;
+  virtual void release(MemorySpace space, void* p) = 0;
+  // Zeroes `bytes` of backend memory (at creation: the first decode must not fault pages in).
+  virtual Status zero(MemorySpace space, void* p, size_t bytes) = 0;
+
+  // ---- copies (issued in order with the ops) ----
+  // Within backend memory.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Host (any host memory; pinned host is faster on a GPU) -> backend memory, and back. A
+  // download's data is in `host_dst` once synchronize() returns. dst == src is a no-op.
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  // Waits for every op issued so far; returns the first failure since the previous call.
+  virtual Status synchronize() = 0;
+
+  // ---- ops ----
+
+  // out[t, :] = dequantized table row tokens[t]   tokens: [n] in backend memory; out: [n, table.cols]
   virtual void embed(const WeightView& table, const int32_t* tokens, int n, float* out) = 0;
   // out[t, :] = x[t, :] / rms(x[t, :]) * w                           x, out: [n, dim]
   virtual void rmsnorm(const float* x, const float* w, float eps, int n, int dim, float* out) = 0;
@@ -134,6 +237,9 @@ class Backend {
   virtual void silu_mul(const float* g, const float* u, float* out, size_t n) = 0;
   // x += y                                                           [n]
   virtual void add(float* x, const float* y, size_t n) = 0;
+  virtual void ring_write(const RingWriteArgs& a) = 0;
+  // *out = the score of `gold` over logits[0..n): see ScoreResult.       logits: [n]; out: [1]
+  virtual void gold_score(const float* logits, int n, int32_t gold, ScoreResult* out) = 0;
 };
 
 }  // namespace phasekv

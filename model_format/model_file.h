@@ -53,6 +53,7 @@ class ModelFile {
   const std::string& path() const { return path_; }
   // Pointer to the tensor's bytes inside the mapping (64-byte aligned when mapped).
   const uint8_t* tensor_data(const TensorInfo& t) const { return data_ + header_.blob_offset + t.offset; }
+  const uint8_t* blob() const { return data_ + header_.blob_offset; }  // [header().blob_size]
   const TensorInfo* find_tensor(const std::string& name) const { return spec_.find_tensor(name); }
 
  private:

@@ -161,7 +161,7 @@ pkv_status pkv_chat_apply_template(const pkv_model* model, const pkv_chat_messag
 
 pkv_context_params pkv_context_default_params(void) {
   const phasekv::ContextParams p = phasekv::default_context_params();
-  return pkv_context_params{p.n_ctx, p.n_batch, p.n_threads, p.memory_budget};
+  return pkv_context_params{p.n_ctx, p.n_batch, p.n_threads, p.memory_budget, PKV_BACKEND_CPU, 0};
 }
 
 pkv_status pkv_context_init(const pkv_model* model, const pkv_context_params* params, pkv_context** out) {
@@ -172,6 +172,12 @@ pkv_status pkv_context_init(const pkv_model* model, const pkv_context_params* pa
     p.n_batch = params->n_batch;
     p.n_threads = params->n_threads;
     p.memory_budget = params->memory_budget;
+    if (params->backend < PKV_BACKEND_CPU || params->backend > PKV_BACKEND_AUTO)
+      return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                      "pkv_context_init: backend = %d is not a pkv_backend (0 cpu, 1 cuda, 2 auto)",
+                                      int(params->backend)));
+    p.backend = phasekv::BackendKind(params->backend);
+    p.device = params->device;
     std::unique_ptr<pkv_context> c(new pkv_context());
     phasekv::Status s = phasekv::Context::create(*model->m, p, &c->c);
     if (!s.ok()) return fail(s);
@@ -268,6 +274,8 @@ pkv_selftest_params pkv_selftest_default_params(void) {
   p.alpha = o.alpha;
   p.n_threads = phasekv::default_context_params().n_threads;
   p.records = o.records;
+  p.backend = PKV_BACKEND_CPU;
+  p.device = 0;
   return p;
 }
 
@@ -290,6 +298,12 @@ pkv_status pkv_selftest_run(const pkv_model* model, const pkv_selftest_params* p
     o.delta = params->delta;
     o.alpha = params->alpha;
     o.n_threads = params->n_threads;
+    if (params->backend < PKV_BACKEND_CPU || params->backend > PKV_BACKEND_AUTO)
+      return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                      "pkv_selftest_run: backend = %d is not a pkv_backend (0 cpu, 1 cuda, 2 auto)",
+                                      int(params->backend)));
+    o.backend = phasekv::BackendKind(params->backend);
+    o.device = params->device;
     phasekv::SelftestResult r;
     phasekv::Status s = phasekv::run_selftest(*model->m, o, &r);
     if (!s.ok()) return fail(s);

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <thread>
 
-#include "cpu_backend.h"
 
 namespace phasekv {
 
@@ -21,13 +20,28 @@ ContextParams default_context_params() {
 Context::Context(const Model& m, const ContextParams& p) : model_(m), params_(p) {}
 
 Context::~Context() {
+  if (backend_) {
+    (void)backend_->synchronize();  // nothing may still write into the arenas
+    for (int s = 0; s < kMemorySpaces; ++s)
+      if (arena_[s]) backend_->release(MemorySpace(s), arena_[s]);
+  }
   backend_.reset();
-  if (arena_) mi_free(arena_);
 }
 
-const char* Context::kernels_name() const { return backend_->isa(); }
+const char* Context::kernels_name() const { return backend_->kernels_name(); }
+
+Status Context::failed_state() const {
+  return make_error(StatusCode::kInternal,
+                    "the context's %s backend failed earlier; its memory is undefined: call reset() first",
+                    backend_->name());
+}
 
 Status Context::create(const Model& model, const ContextParams& params, std::unique_ptr<Context>* out) {
+  return create(model, params, nullptr, out);
+}
+
+Status Context::create(const Model& model, const ContextParams& params, std::unique_ptr<Backend> backend,
+                       std::unique_ptr<Context>* out) {
   const ModelConfig& c = model.config();
   if (params.n_ctx == 0) return make_error(StatusCode::kInvalidArgument, "n_ctx = 0 (must be >= 1)");
   if (params.n_ctx > c.max_positions && !params.beyond_trained)
@@ -43,34 +57,119 @@ Status Context::create(const Model& model, const ContextParams& params, std::uni
       return make_error(StatusCode::kInvalidArgument, "kernels = '%s' is not available on this CPU/build",
                         params.kernels);
   }
+  if (params.snapshot_slots > 64)
+    return make_error(StatusCode::kInvalidArgument, "snapshot_slots = %u must be at most 64", params.snapshot_slots);
   std::unique_ptr<Context> ctx(new Context(model, params));
   ctx->params_.n_batch = std::min(params.n_batch, params.n_ctx);  // a chunk never exceeds the context
+  if (backend) {
+    ctx->backend_ = std::move(backend);
+  } else {
+    BackendParams bp;
+    bp.kind = params.backend;
+    bp.n_threads = params.n_threads;
+    bp.cpu_kernels = table;
+    bp.device = params.device;
+    bp.cuda_weights = params.cuda_weights;
+    PKV_RETURN_IF_ERROR(make_backend(bp, &ctx->backend_));
+  }
+  // Everything this model needs must be supported here, or the context is refused now.
+  Backend& be = *ctx->backend_;
+  auto need = [&](BackendOp op, DType t, const char* what) -> Status {
+    if (!be.supports(op, t))
+      return make_error(StatusCode::kUnsupported, "the %s backend does not support %s with %s weights (%s)", be.name(),
+                        backend_op_name(op), dtype_name(t), what);
+    return Status::Ok();
+  };
+  PKV_RETURN_IF_ERROR(need(BackendOp::Embed, model.token_embd().dtype, "token_embd.weight"));
+  PKV_RETURN_IF_ERROR(need(BackendOp::Matmul, model.output().dtype, "output.weight"));
+  for (uint32_t l = 0; l < c.n_layers; ++l) {
+    const Model::Layer& L = model.layer(int(l));
+    for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.cmp[0].gate_map,
+                                &L.cmp[1].gate_map, &L.cmp[0].payload_map, &L.cmp[1].payload_map})
+      if (w->data) PKV_RETURN_IF_ERROR(need(BackendOp::Matmul, w->dtype, "a layer's weight matrix"));
+  }
+  for (BackendOp op : {BackendOp::RmsNorm, BackendOp::Rope, BackendOp::Attention, BackendOp::Compress,
+                       BackendOp::CompressReset, BackendOp::SiluMul, BackendOp::Add, BackendOp::Copy,
+                       BackendOp::RingWrite, BackendOp::GoldScore})
+    PKV_RETURN_IF_ERROR(need(op, DType::F32, "activations"));
   PlanParams pp;
   pp.n_ctx = params.n_ctx;
   pp.n_batch = ctx->params_.n_batch;
   pp.n_threads = params.n_threads;
   pp.beyond_trained = params.beyond_trained;
+  pp.snapshot_slots = params.snapshot_slots;
+  pp.backend = ctx->backend_.get();
   PKV_RETURN_IF_ERROR(plan_memory(model.spec(), model.weight_bytes(), pp, &ctx->plan_));
   if (params.memory_budget && ctx->plan_.arena_bytes > params.memory_budget)
     return make_error(StatusCode::kBudgetExceeded, "the context needs %llu bytes, over its memory budget of %llu\n%s",
                       (unsigned long long)ctx->plan_.arena_bytes, (unsigned long long)params.memory_budget,
                       ctx->plan_.itemised().c_str());
-  ctx->backend_.reset(new CpuBackend(params.n_threads, table));
+  PKV_RETURN_IF_ERROR(ctx->bind_weights());
   PKV_RETURN_IF_ERROR(ctx->plan_and_allocate());
   *out = std::move(ctx);
+  return Status::Ok();
+}
+
+Status Context::bind_weights() {
+  PKV_RETURN_IF_ERROR(model_.weights_for(*backend_, &weights_));
+  const WeightMapping& w = *weights_;
+  bool ok = true;
+  auto tr = [&](const float* p) -> const float* {
+    const float* d = static_cast<const float*>(w.translate(p));
+    ok &= (p == nullptr) == (d == nullptr);
+    return d;
+  };
+  auto trw = [&](const WeightView& v) -> WeightView {
+    WeightView r = v;
+    r.data = w.translate(v.data);
+    ok &= (v.data == nullptr) == (r.data == nullptr);
+    return r;
+  };
+  const ModelConfig& c = model_.config();
+  layers_.assign(c.n_layers, Model::Layer());
+  for (uint32_t l = 0; l < c.n_layers; ++l) {
+    const Model::Layer& L = model_.layer(int(l));
+    Model::Layer& D = layers_[l];
+    D.attn_norm = tr(L.attn_norm);
+    D.ffn_norm = tr(L.ffn_norm);
+    D.wq = trw(L.wq);
+    D.wk = trw(L.wk);
+    D.wv = trw(L.wv);
+    D.wo = trw(L.wo);
+    D.w_gate = trw(L.w_gate);
+    D.w_up = trw(L.w_up);
+    D.w_down = trw(L.w_down);
+    for (int b = 0; b < 2; ++b) {
+      D.cmp[b].gate_bias = tr(L.cmp[b].gate_bias);
+      D.cmp[b].gate_map = trw(L.cmp[b].gate_map);
+      D.cmp[b].payload_map = trw(L.cmp[b].payload_map);
+    }
+    D.k_norm = tr(L.k_norm);
+    D.sink = tr(L.sink);
+  }
+  token_embd_ = trw(model_.token_embd());
+  output_ = trw(model_.output());
+  output_norm_ = tr(model_.output_norm());
+  inv_freq_ = tr(model_.rope_inv_freq());
+  if (!ok) return make_error(StatusCode::kInternal, "weights: a model tensor lies outside the mapped regions");
   return Status::Ok();
 }
 
 Status Context::plan_and_allocate() {
   const ModelConfig& c = model_.config();
   const MemoryPlan& p = plan_;
-  arena_ = mi_malloc_aligned(size_t(p.arena_bytes), size_t(kPlanAlign));
-  if (!arena_)
-    return make_error(StatusCode::kOutOfMemory, "cannot allocate the context's %llu bytes\n%s",
-                      (unsigned long long)p.arena_bytes, p.itemised().c_str());
+  for (int s = 0; s < kMemorySpaces; ++s) {
+    if (!p.space_bytes[s]) continue;
+    Status st = backend_->allocate(MemorySpace(s), size_t(p.space_bytes[s]), &arena_[s]);
+    if (!st.ok())
+      return make_error(StatusCode::kOutOfMemory, "cannot allocate the context's %llu bytes of %s memory: %s\n%s",
+                        (unsigned long long)p.space_bytes[s], memory_space_name(MemorySpace(s)),
+                        st.message().c_str(), p.itemised().c_str());
+    // Zero every page now: the first decode must not page-fault its way through the KV memory.
+    if (params_.prefault || MemorySpace(s) == MemorySpace::Device)
+      PKV_RETURN_IF_ERROR(backend_->zero(MemorySpace(s), arena_[s], size_t(p.space_bytes[s])));
+  }
   arena_bytes_ = p.arena_bytes;
-  // Zero every page now: the first decode must not page-fault its way through the KV memory.
-  if (params_.prefault) std::memset(arena_, 0, size_t(arena_bytes_));
 
   mem_.assign(c.n_layers, LayerMem());
   for (uint32_t l = 0; l < c.n_layers; ++l) {
@@ -82,60 +181,80 @@ Status Context::plan_and_allocate() {
       M.d_g = m.gate == GateKind::Vector ? c.head_dim : 1;
     }
   }
-  uint8_t* at = static_cast<uint8_t*>(arena_);
+  uint8_t* at[kMemorySpaces];
+  for (int s = 0; s < kMemorySpaces; ++s) at[s] = static_cast<uint8_t*>(arena_[s]);
   uint8_t* workspace = nullptr;
+  slots_.assign(p.snapshot_slots, nullptr);
+  slot_n_past_.assign(p.snapshot_slots, -1);
   for (const PlanBuffer& b : p.buffers) {
-    float* f = reinterpret_cast<float*>(at);
+    uint8_t*& here = at[int(b.space)];
+    float* f = reinterpret_cast<float*>(here);
     switch (b.role) {
       case PlanBuffer::kKeys: mem_[size_t(b.layer)].k = f; break;
       case PlanBuffer::kValues: mem_[size_t(b.layer)].v = f; break;
       case PlanBuffer::kKeyEntries: mem_[size_t(b.layer)].k_ent = f; break;
       case PlanBuffer::kValueEntries: mem_[size_t(b.layer)].v_ent = f; break;
       case PlanBuffer::kAccumulators: mem_[size_t(b.layer)].acc = f; break;
-      case PlanBuffer::kWorkspace: workspace = at; break;
-      case PlanBuffer::kScratch: {
-        struct {
-          const char* name;
-          float** ptr;
-        } const named[] = {
-            {"x", &x_}, {"xn", &xn_}, {"q", &q_}, {"att", &att_}, {"tmp", &tmp_}, {"gate", &gate_}, {"up", &up_},
-            {"logits", &logits_}, {"chunk K", &k_chunk_}, {"chunk V", &v_chunk_}, {"chunk K un-rotated", &k_raw_},
-            {"gate logits K", &gate_buf_[0]}, {"gate logits V", &gate_buf_[1]}, {"payload K", &payload_buf_[0]},
-            {"payload V", &payload_buf_[1]},
-        };
-        bool found = false;
-        for (const auto& n : named)
-          if (b.name == n.name) {
-            *n.ptr = f;
-            found = true;
-          }
-        if (!found) return make_error(StatusCode::kInternal, "memory plan: unknown scratch buffer '%s'", b.name.c_str());
-        break;
-      }
+      case PlanBuffer::kX: x_ = f; break;
+      case PlanBuffer::kXn: xn_ = f; break;
+      case PlanBuffer::kTmp: tmp_ = f; break;
+      case PlanBuffer::kQ: q_ = f; break;
+      case PlanBuffer::kAtt: att_ = f; break;
+      case PlanBuffer::kGate: gate_ = f; break;
+      case PlanBuffer::kUp: up_ = f; break;
+      case PlanBuffer::kLogits: logits_ = f; break;
+      case PlanBuffer::kChunkK: k_chunk_ = f; break;
+      case PlanBuffer::kChunkV: v_chunk_ = f; break;
+      case PlanBuffer::kChunkKRaw: k_raw_ = f; break;
+      case PlanBuffer::kGateLogitsK: gate_buf_[0] = f; break;
+      case PlanBuffer::kGateLogitsV: gate_buf_[1] = f; break;
+      case PlanBuffer::kPayloadK: payload_buf_[0] = f; break;
+      case PlanBuffer::kPayloadV: payload_buf_[1] = f; break;
+      case PlanBuffer::kTokens: tokens_ = reinterpret_cast<int32_t*>(here); break;
+      case PlanBuffer::kScore: score_ = reinterpret_cast<ScoreResult*>(here); break;
+      case PlanBuffer::kTokensHost: tokens_host_ = reinterpret_cast<int32_t*>(here); break;
+      case PlanBuffer::kLogitsHost: logits_host_ = f; break;
+      case PlanBuffer::kScoreHost: score_host_ = reinterpret_cast<ScoreResult*>(here); break;
+      case PlanBuffer::kSnapshotSlot: slots_[size_t(b.layer)] = here; break;
+      case PlanBuffer::kWorkspace: workspace = here; break;
+      default: return make_error(StatusCode::kInternal, "memory plan: buffer '%s' has no role", b.name.c_str());
     }
-    at += (b.bytes + kPlanAlign - 1) & ~(kPlanAlign - 1);
+    here += (b.bytes + kPlanAlign - 1) & ~(kPlanAlign - 1);
   }
-  if (uint64_t(at - static_cast<uint8_t*>(arena_)) != arena_bytes_)
-    return make_error(StatusCode::kInternal, "memory plan: layout covers %llu of %llu bytes",
-                      (unsigned long long)(at - static_cast<uint8_t*>(arena_)), (unsigned long long)arena_bytes_);
+  for (int s = 0; s < kMemorySpaces; ++s)
+    if (uint64_t(at[s] - static_cast<uint8_t*>(arena_[s])) != p.space_bytes[s])
+      return make_error(StatusCode::kInternal, "memory plan: the %s layout covers %llu of %llu bytes",
+                        memory_space_name(MemorySpace(s)),
+                        (unsigned long long)(at[s] - static_cast<uint8_t*>(arena_[s])),
+                        (unsigned long long)p.space_bytes[s]);
+  // Host views of what crosses the bus: the state buffers themselves when the state is in host memory.
+  if (!tokens_host_) tokens_host_ = tokens_;
+  if (!logits_host_) logits_host_ = logits_;
+  if (!score_host_) score_host_ = score_;
+  if (!tokens_ || !logits_ || !score_ || !x_)
+    return make_error(StatusCode::kInternal, "memory plan: a required activation buffer is missing");
   reset();
+  PKV_RETURN_IF_ERROR(backend_->synchronize());
   WorkspaceQuery wq;
   wq.max_tokens = int(p.n_batch);
   wq.max_k = int(std::max<uint64_t>({c.d_model, uint64_t(c.n_heads) * c.head_dim, uint64_t(c.ffn_dim)}));
   wq.n_ctx = int(std::max<uint64_t>(p.max_keys, 1));
   wq.attention_group = int(c.n_heads / c.n_kv_heads);
+  wq.head_dim = int(c.head_dim);
   wq.n_threads = params_.n_threads;
   return backend_->bind_workspace(workspace, size_t(p.workspace_bytes), wq);
 }
 
 void Context::reset() {
   n_past_ = 0;
+  failed_ = false;
   const ModelConfig& c = model_.config();
   for (const LayerMem& M : mem_)
     if (M.acc) backend_->compress_reset(M.acc, int(2 * M.n_acc), int(c.n_kv_heads), int(M.d_g), int(c.head_dim));
 }
 
 Status Context::prefill(const int32_t* tokens, size_t n) {
+  if (failed_) return failed_state();
   if (n == 0) return make_error(StatusCode::kInvalidArgument, "empty input: no tokens to evaluate");
   if (!tokens) return make_error(StatusCode::kInvalidArgument, "tokens is null");
   if (n > params_.n_ctx - n_past_)
@@ -152,6 +271,29 @@ Status Context::prefill(const int32_t* tokens, size_t n) {
     eval_chunk(tokens + done, chunk);
     done += size_t(chunk);
   }
+  backend_->download(logits_host_, logits_, size_t(model_.config().vocab_size) * sizeof(float));
+  Status st = backend_->synchronize();
+  if (!st.ok()) {
+    failed_ = true;
+    return st.with_context("prefill");
+  }
+  return Status::Ok();
+}
+
+Status Context::score(int32_t gold, ScoreResult* out) {
+  if (failed_) return failed_state();
+  const int32_t vocab = int32_t(model_.config().vocab_size);
+  if (n_past_ == 0) return make_error(StatusCode::kInvalidArgument, "score: no token has been evaluated yet");
+  if (gold < 0 || gold >= vocab)
+    return make_error(StatusCode::kInvalidArgument, "score: gold = %d is outside the vocabulary [0, %d)", gold, vocab);
+  backend_->gold_score(logits_, vocab, gold, score_);
+  backend_->download(score_host_, score_, sizeof(ScoreResult));
+  Status st = backend_->synchronize();
+  if (!st.ok()) {
+    failed_ = true;
+    return st.with_context("score");
+  }
+  *out = *score_host_;
   return Status::Ok();
 }
 
@@ -161,14 +303,16 @@ void Context::eval_chunk(const int32_t* tokens, int n) {
   const size_t kvd = size_t(nkv) * hd, ffn = c.ffn_dim;
   const int pos0 = int(n_past_);
   const bool interleaved = c.rope.style == RopeStyle::Interleaved;
-  const float* inv_freq = model_.rope_inv_freq();
+  const float* inv_freq = inv_freq_;
   const int rope_dim = int(c.rope.dim);
   const float pos_scale = model_.rope_pos_scale();
   Backend& be = *backend_;
 
-  be.embed(model_.token_embd(), tokens, n, x_);
+  if (tokens_host_ != tokens) std::memcpy(tokens_host_, tokens, size_t(n) * sizeof(int32_t));
+  be.upload(tokens_, tokens_host_, size_t(n) * sizeof(int32_t));
+  be.embed(token_embd_, tokens_, n, x_);
   for (uint32_t l = 0; l < c.n_layers; ++l) {
-    const Model::Layer& L = model_.layer(int(l));
+    const Model::Layer& L = layers_[l];
     const AttentionMemory& m = model_.spec().layers[l];
     LayerMem& M = mem_[l];
     const bool full = m.kind == MemoryKind::Full;
@@ -183,7 +327,7 @@ void Context::eval_chunk(const int32_t* tokens, int n) {
     const bool compressed = m.kind == MemoryKind::Compressed;
     const bool rotate_entry = compressed && m.entry_rope == EntryRope::RotateEntry;
     const bool layer_payload = m.payload == PayloadSource::LayerProjection;
-    if (rotate_entry && layer_payload) std::memcpy(k_raw_, k_rows, size_t(n) * kvd * sizeof(float));
+    if (rotate_entry && layer_payload) be.copy(k_raw_, k_rows, size_t(n) * kvd * sizeof(float));
     be.rope(q_, n, nh, hd, pos0, inv_freq, rope_dim, interleaved, pos_scale);
     be.rope(k_rows, n, nkv, hd, pos0, inv_freq, rope_dim, interleaved, pos_scale);
 
@@ -266,12 +410,16 @@ void Context::eval_chunk(const int32_t* tokens, int n) {
     be.attention(a);
     // Windowed memories keep the chunk's last tokens in their ring.
     if (!full && M.ring_rows > 0) {
-      const int keep = std::min(n, int(M.ring_rows));
-      for (int t = n - keep; t < n; ++t) {
-        const size_t row = size_t(pos0 + t) % M.ring_rows;
-        std::memcpy(M.k + row * kvd, k_rows + size_t(t) * kvd, kvd * sizeof(float));
-        std::memcpy(M.v + row * kvd, v_rows + size_t(t) * kvd, kvd * sizeof(float));
-      }
+      RingWriteArgs rw;
+      rw.ring_k = M.k;
+      rw.ring_v = M.v;
+      rw.k_rows = k_rows;
+      rw.v_rows = v_rows;
+      rw.n_tokens = n;
+      rw.first_pos = pos0;
+      rw.ring_rows = int(M.ring_rows);
+      rw.kvd = int(kvd);
+      be.ring_write(rw);
     }
     float* const o_out[1] = {tmp_};
     be.matmul(&L.wo, o_out, 1, att_, n);
@@ -287,9 +435,9 @@ void Context::eval_chunk(const int32_t* tokens, int n) {
     be.add(x_, tmp_, size_t(n) * d);
   }
   // Logits of the last token only.
-  be.rmsnorm(x_ + size_t(n - 1) * d, model_.output_norm(), c.norm_eps, 1, d, xn_);
+  be.rmsnorm(x_ + size_t(n - 1) * d, output_norm_, c.norm_eps, 1, d, xn_);
   float* const lo[1] = {logits_};
-  be.matmul(&model_.output(), lo, 1, xn_, 1);
+  be.matmul(&output_, lo, 1, xn_, 1);
   n_past_ += uint32_t(n);
 }
 
@@ -359,6 +507,7 @@ size_t Context::snapshot_bytes() const {
 }
 
 Status Context::snapshot(void* buffer, size_t capacity, size_t* written) const {
+  if (failed_) return failed_state();
   const size_t need = snapshot_bytes();
   if (!buffer) return make_error(StatusCode::kInvalidArgument, "snapshot: buffer is null");
   if (capacity < need)
@@ -374,18 +523,20 @@ Status Context::snapshot(void* buffer, size_t capacity, size_t* written) const {
   std::memcpy(out, &h, sizeof h);
   out += sizeof h;
   const uint32_t n_past = n_past_;
-#define PKV_SAVE(ptr, floats)                                     \
-  do {                                                            \
-    if ((floats) > 0) std::memcpy(out, ptr, (floats) * sizeof(float)); \
-    out += (floats) * sizeof(float);                              \
+#define PKV_SAVE(ptr, floats)                                                  \
+  do {                                                                         \
+    if ((floats) > 0) backend_->download(out, ptr, (floats) * sizeof(float));  \
+    out += (floats) * sizeof(float);                                           \
   } while (0)
   PKV_SNAPSHOT_PIECES(PKV_SAVE);
 #undef PKV_SAVE
+  PKV_RETURN_IF_ERROR(backend_->synchronize());
   if (written) *written = need;
   return Status::Ok();
 }
 
 Status Context::restore(const void* buffer, size_t size) {
+  if (failed_) return failed_state();
   if (!buffer) return make_error(StatusCode::kInvalidArgument, "restore: buffer is null");
   SnapHeader h;
   if (size < sizeof h) return make_error(StatusCode::kInvalidArgument, "restore: %zu bytes is not a snapshot", size);
@@ -414,14 +565,69 @@ Status Context::restore(const void* buffer, size_t size) {
   }
   const uint8_t* in = static_cast<const uint8_t*>(buffer) + sizeof h;
   const uint32_t n_past = h.n_past;
-#define PKV_LOAD(ptr, floats)                                                  \
-  do {                                                                         \
-    if ((floats) > 0) std::memcpy(const_cast<float*>(ptr), in, (floats) * sizeof(float)); \
-    in += (floats) * sizeof(float);                                            \
+#define PKV_LOAD(ptr, floats)                                                            \
+  do {                                                                                   \
+    if ((floats) > 0) backend_->upload(const_cast<float*>(ptr), in, (floats) * sizeof(float)); \
+    in += (floats) * sizeof(float);                                                      \
   } while (0)
   PKV_SNAPSHOT_PIECES(PKV_LOAD);
 #undef PKV_LOAD
+  backend_->download(logits_host_, logits_, size_t(model_.config().vocab_size) * sizeof(float));
+  Status st = backend_->synchronize();
+  if (!st.ok()) {
+    failed_ = true;
+    return st.with_context("restore");
+  }
   n_past_ = h.n_past;
+  return Status::Ok();
+}
+
+Status Context::save_slot(uint32_t slot) {
+  if (failed_) return failed_state();
+  if (slot >= slots_.size())
+    return make_error(StatusCode::kInvalidArgument, "save_slot: slot %u, the context has %zu snapshot slots", slot,
+                      slots_.size());
+  uint8_t* out = slots_[slot];
+  const uint32_t n_past = n_past_;
+#define PKV_SLOT_SAVE(ptr, floats)                                   \
+  do {                                                               \
+    if ((floats) > 0) backend_->copy(out, ptr, (floats) * sizeof(float)); \
+    out += (floats) * sizeof(float);                                 \
+  } while (0)
+  PKV_SNAPSHOT_PIECES(PKV_SLOT_SAVE);
+#undef PKV_SLOT_SAVE
+  slot_n_past_[slot] = -1;  // valid only once the copies have run
+  Status st = backend_->synchronize();
+  if (!st.ok()) {
+    failed_ = true;
+    return st.with_context("save_slot");
+  }
+  slot_n_past_[slot] = n_past_;
+  return Status::Ok();
+}
+
+Status Context::load_slot(uint32_t slot) {
+  if (failed_) return failed_state();
+  if (slot >= slots_.size())
+    return make_error(StatusCode::kInvalidArgument, "load_slot: slot %u, the context has %zu snapshot slots", slot,
+                      slots_.size());
+  if (slot_n_past_[slot] < 0) return make_error(StatusCode::kInvalidArgument, "load_slot: slot %u was never saved", slot);
+  const uint8_t* in = slots_[slot];
+  const uint32_t n_past = uint32_t(slot_n_past_[slot]);
+#define PKV_SLOT_LOAD(ptr, floats)                                                      \
+  do {                                                                                  \
+    if ((floats) > 0) backend_->copy(const_cast<float*>(ptr), in, (floats) * sizeof(float)); \
+    in += (floats) * sizeof(float);                                                     \
+  } while (0)
+  PKV_SNAPSHOT_PIECES(PKV_SLOT_LOAD);
+#undef PKV_SLOT_LOAD
+  backend_->download(logits_host_, logits_, size_t(model_.config().vocab_size) * sizeof(float));
+  Status st = backend_->synchronize();
+  if (!st.ok()) {
+    failed_ = true;
+    return st.with_context("load_slot");
+  }
+  n_past_ = n_past;
   return Status::Ok();
 }
 

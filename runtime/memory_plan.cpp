@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "cpu_backend.h"
+#include "backends.h"
 
 namespace phasekv {
 
@@ -36,17 +36,26 @@ Status plan_memory(const ModelSpec& spec, uint64_t weights_bytes, const PlanPara
   p.n_batch = std::min(pp.n_batch, pp.n_ctx);
   p.n_threads = pp.n_threads;
   p.weights_bytes = weights_bytes;
+  const MemorySpace S = pp.backend ? pp.backend->state_space() : MemorySpace::Host;
+  p.state_space = S;
+  p.weights_space = pp.backend ? pp.backend->weights_space() : MemorySpace::Host;
+  p.backend = pp.backend ? pp.backend->name() : "cpu";
   const uint64_t T = p.n_ctx, B = p.n_batch, E = p.kv_elem_bytes;
   const uint64_t hd = c.head_dim, kvd = uint64_t(c.n_kv_heads) * hd, d = c.d_model;
   const uint64_t qd = uint64_t(c.n_heads) * hd, ffn = c.ffn_dim;
-  auto add = [&](const std::string& name, PlanBuffer::Role role, int32_t layer, uint64_t bytes) {
+  auto add_in = [&](MemorySpace space, const std::string& name, PlanBuffer::Role role, int32_t layer,
+                    uint64_t bytes) {
     if (bytes == 0) return;
     PlanBuffer b;
     b.name = name;
     b.role = role;
     b.layer = layer;
     b.bytes = bytes;
+    b.space = space;
     p.buffers.push_back(b);
+  };
+  auto add = [&](const std::string& name, PlanBuffer::Role role, int32_t layer, uint64_t bytes) {
+    add_in(S, name, role, layer, bytes);
   };
 
   // Layer memories.
@@ -102,39 +111,57 @@ Status plan_memory(const ModelSpec& spec, uint64_t weights_bytes, const PlanPara
 
   // Activation scratch for one chunk of B tokens (names are what the context binds).
   const size_t first_scratch = p.buffers.size();
-  add("x", PlanBuffer::kScratch, -1, B * d * 4);
-  add("xn", PlanBuffer::kScratch, -1, B * d * 4);
-  add("q", PlanBuffer::kScratch, -1, B * qd * 4);
-  add("att", PlanBuffer::kScratch, -1, B * qd * 4);
-  add("tmp", PlanBuffer::kScratch, -1, B * d * 4);
-  add("gate", PlanBuffer::kScratch, -1, B * ffn * 4);
-  add("up", PlanBuffer::kScratch, -1, B * ffn * 4);
-  add("logits", PlanBuffer::kScratch, -1, uint64_t(c.vocab_size) * 4);
+  add("x", PlanBuffer::kX, -1, B * d * 4);
+  add("xn", PlanBuffer::kXn, -1, B * d * 4);
+  add("q", PlanBuffer::kQ, -1, B * qd * 4);
+  add("att", PlanBuffer::kAtt, -1, B * qd * 4);
+  add("tmp", PlanBuffer::kTmp, -1, B * d * 4);
+  add("gate", PlanBuffer::kGate, -1, B * ffn * 4);
+  add("up", PlanBuffer::kUp, -1, B * ffn * 4);
+  add("logits", PlanBuffer::kLogits, -1, uint64_t(c.vocab_size) * 4);
   if (any_windowed) {
-    add("chunk K", PlanBuffer::kScratch, -1, B * kvd * 4);
-    add("chunk V", PlanBuffer::kScratch, -1, B * kvd * 4);
+    add("chunk K", PlanBuffer::kChunkK, -1, B * kvd * 4);
+    add("chunk V", PlanBuffer::kChunkV, -1, B * kvd * 4);
   }
-  if (any_raw_keys) add("chunk K un-rotated", PlanBuffer::kScratch, -1, B * kvd * 4);
+  if (any_raw_keys) add("chunk K un-rotated", PlanBuffer::kChunkKRaw, -1, B * kvd * 4);
   if (gate_cols) {
-    add("gate logits K", PlanBuffer::kScratch, -1, B * gate_cols * 4);
-    add("gate logits V", PlanBuffer::kScratch, -1, B * gate_cols * 4);
+    add("gate logits K", PlanBuffer::kGateLogitsK, -1, B * gate_cols * 4);
+    add("gate logits V", PlanBuffer::kGateLogitsV, -1, B * gate_cols * 4);
   }
   if (payload_cols) {
-    add("payload K", PlanBuffer::kScratch, -1, B * payload_cols * 4);
-    add("payload V", PlanBuffer::kScratch, -1, B * payload_cols * 4);
+    add("payload K", PlanBuffer::kPayloadK, -1, B * payload_cols * 4);
+    add("payload V", PlanBuffer::kPayloadV, -1, B * payload_cols * 4);
+  }
+  add("token ids", PlanBuffer::kTokens, -1, B * 4);
+  add("score", PlanBuffer::kScore, -1, sizeof(ScoreResult));
+  // A backend whose state is not in host memory stages what crosses the bus in pinned memory.
+  if (S != MemorySpace::Host) {
+    add_in(MemorySpace::PinnedHost, "token ids (host)", PlanBuffer::kTokensHost, -1, B * 4);
+    add_in(MemorySpace::PinnedHost, "logits (host)", PlanBuffer::kLogitsHost, -1, uint64_t(c.vocab_size) * 4);
+    add_in(MemorySpace::PinnedHost, "score (host)", PlanBuffer::kScoreHost, -1, sizeof(ScoreResult));
   }
   for (size_t i = first_scratch; i < p.buffers.size(); ++i) p.scratch_bytes += p.buffers[i].bytes;
+
+  // Saved states in backend memory: every layer's memory at n_ctx (its largest) and the logits.
+  p.snapshot_slots = pp.snapshot_slots;
+  p.snapshot_slot_bytes = p.kv_bytes_total + uint64_t(c.vocab_size) * 4;
+  for (uint32_t i = 0; i < pp.snapshot_slots; ++i)
+    add("snapshot slot " + std::to_string(i), PlanBuffer::kSnapshotSlot, int32_t(i), p.snapshot_slot_bytes);
 
   WorkspaceQuery wq;
   wq.max_tokens = int(B);
   wq.max_k = int(std::max<uint64_t>({d, qd, ffn}));
   wq.n_ctx = int(std::max<uint64_t>(p.max_keys, 1));
   wq.attention_group = int(c.n_heads / c.n_kv_heads);
+  wq.head_dim = int(c.head_dim);
   wq.n_threads = p.n_threads;
-  p.workspace_bytes = CpuBackend::workspace_bytes_for(wq, p.n_threads);
+  p.workspace_bytes = pp.backend ? pp.backend->workspace_bytes(wq) : cpu_workspace_bytes(wq, p.n_threads);
   add("backend workspace", PlanBuffer::kWorkspace, -1, p.workspace_bytes);
 
-  for (const PlanBuffer& b : p.buffers) p.arena_bytes += align_up(b.bytes);
+  for (const PlanBuffer& b : p.buffers) {
+    p.arena_bytes += align_up(b.bytes);
+    p.space_bytes[int(b.space)] += align_up(b.bytes);
+  }
   *out = std::move(p);
   return Status::Ok();
 }
@@ -150,7 +177,8 @@ Status plan_memory(const ModelSpec& spec, uint64_t weights_bytes, uint32_t n_ctx
 std::string MemoryPlan::itemised() const {
   std::string s;
   char line[160];
-  std::snprintf(line, sizeof line, "memory plan (n_ctx %u, n_batch %u, %d threads):\n", n_ctx, n_batch, n_threads);
+  std::snprintf(line, sizeof line, "memory plan (%s backend, n_ctx %u, n_batch %u, %d threads):\n", backend, n_ctx,
+                n_batch, n_threads);
   s += line;
   const char* kinds[] = {"full", "sliding", "compressed"};
   for (int k = 0; k < 3; ++k) {
@@ -169,9 +197,23 @@ std::string MemoryPlan::itemised() const {
   s += line;
   std::snprintf(line, sizeof line, "  backend workspace           %s\n", mib(workspace_bytes).c_str());
   s += line;
+  if (snapshot_slots) {
+    std::snprintf(line, sizeof line, "  snapshot slots (%u)          %s\n", snapshot_slots,
+                  mib(snapshot_slot_bytes * snapshot_slots).c_str());
+    s += line;
+  }
+  for (int sp = 0; sp < kMemorySpaces; ++sp) {
+    if (!space_bytes[sp] || space_bytes[sp] == arena_bytes) continue;
+    std::snprintf(line, sizeof line, "    in %-11s memory       %s\n", memory_space_name(MemorySpace(sp)),
+                  mib(space_bytes[sp]).c_str());
+    s += line;
+  }
   std::snprintf(line, sizeof line, "  context arena (total)       %s\n", mib(arena_bytes).c_str());
   s += line;
-  std::snprintf(line, sizeof line, "  weights (mapped, shared)    %s\n", mib(weights_bytes).c_str());
+  const char* wl = weights_space == MemorySpace::Host         ? "  weights (mapped, shared)    %s\n"
+                   : weights_space == MemorySpace::Device     ? "  weights on device (shared)  %s\n"
+                                                              : "  weights, pinned host copy   %s\n";
+  std::snprintf(line, sizeof line, wl, mib(weights_bytes).c_str());
   s += line;
   return s;
 }

@@ -27,6 +27,25 @@ Status Model::load(const std::string& path, const LoadOptions& options, std::uni
   return Status::Ok();
 }
 
+Status Model::weights_for(Backend& backend, std::shared_ptr<WeightMapping>* out) const {
+  const std::string key = backend.weights_key();
+  std::lock_guard<std::mutex> lock(mappings_mu_);
+  for (const auto& m : mappings_)
+    if (m.first == key) {
+      *out = m.second;
+      return Status::Ok();
+    }
+  std::vector<HostRegion> regions;
+  regions.push_back({file_->blob(), size_t(file_->header().blob_size)});
+  for (const std::vector<float>& n : converted_norms_) regions.push_back({n.data(), n.size() * sizeof(float)});
+  if (!rope_inv_freq_.empty()) regions.push_back({rope_inv_freq_.data(), rope_inv_freq_.size() * sizeof(float)});
+  std::shared_ptr<WeightMapping> m;
+  PKV_RETURN_IF_ERROR(backend.map_weights(regions.data(), int(regions.size()), &m));
+  mappings_.emplace_back(key, m);
+  *out = std::move(m);
+  return Status::Ok();
+}
+
 Status Model::weight(const std::string& name, WeightView* out) const {
   const TensorInfo* t = file_->find_tensor(name);
   if (!t || t->shape.size() != 2)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ class Model {
   float rope_pos_scale() const { return rope_pos_scale_; }
   uint64_t weight_bytes() const { return file_->header().blob_size; }
 
+  // The weights as `backend`'s ops read them (backend.h WeightMapping): made on the first call
+  // for a backend's weights_key() — for CUDA one device (or mapped host) copy of the tensor blob,
+  // the converted norms and the RoPE table — and shared by every later context. Thread-safe.
+  Status weights_for(Backend& backend, std::shared_ptr<WeightMapping>* out) const;
+
  private:
   Model() = default;
   Status build();
@@ -69,6 +75,8 @@ class Model {
   std::vector<std::vector<float>> converted_norms_;  // norms stored as F16/BF16, converted once
   std::vector<float> rope_inv_freq_;
   float rope_pos_scale_ = 1.0f;
+  mutable std::mutex mappings_mu_;
+  mutable std::vector<std::pair<std::string, std::shared_ptr<WeightMapping>>> mappings_;
 };
 
 }  // namespace phasekv

@@ -87,6 +87,14 @@ pkv_status pkv_chat_apply_template(const pkv_model* model, const pkv_chat_messag
 
 /* ---- Context ---------------------------------------------------------------------------- */
 
+/* Where a context computes. */
+typedef enum pkv_backend {
+  PKV_BACKEND_CPU = 0,  /* the CPU backend (the reference; always available) */
+  PKV_BACKEND_CUDA = 1, /* the CUDA backend; pkv_context_init fails with PKV_ERR_UNSUPPORTED
+                           when the build or the machine has none */
+  PKV_BACKEND_AUTO = 2  /* CUDA when this build has it and a device is present, else the CPU */
+} pkv_backend;
+
 typedef struct pkv_context_params {
   uint32_t n_ctx;    /* maximum tokens in the context, 1..max_positions (default 2048) */
   uint32_t n_batch;  /* prefill chunk in tokens, >= 1, capped at n_ctx (default 256) */
@@ -94,6 +102,8 @@ typedef struct pkv_context_params {
   uint64_t memory_budget; /* bytes the context may allocate; 0 = no limit (default). Over it,
                              pkv_context_init fails with PKV_ERR_BUDGET_EXCEEDED and the itemised
                              plan in pkv_last_error() */
+  int32_t backend;   /* a pkv_backend (default PKV_BACKEND_CPU) */
+  int32_t device;    /* CUDA device ordinal (default 0) */
 } pkv_context_params;
 
 pkv_context_params pkv_context_default_params(void);
@@ -156,6 +166,8 @@ typedef struct pkv_selftest_params {
   double alpha;              /* false-alarm probability per run (default 0.05) */
   int32_t n_threads;         /* CPU threads (default: hardware threads) */
   uint32_t records;          /* key = value records per probe, >= 8 (default 16); the rest is filler */
+  int32_t backend;           /* a pkv_backend the probes run on (default PKV_BACKEND_CPU) */
+  int32_t device;            /* CUDA device ordinal (default 0) */
 } pkv_selftest_params;
 
 typedef struct pkv_selftest_result {

@@ -475,6 +475,9 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
     cp.n_ctx = o.probe_tokens;
     cp.n_batch = o.n_batch;
     cp.n_threads = o.n_threads;
+    cp.backend = o.backend;
+    cp.device = o.device;
+    cp.snapshot_slots = 1;  // the shared prefix stays in backend memory
     PKV_RETURN_IF_ERROR(Context::create(model, cp, &ctx));
     r.kernels = ctx->kernels_name();
   }
@@ -563,8 +566,6 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
     }
     r.protocols.push_back(std::move(pres));
   }
-  std::vector<uint8_t> shared_state(size_t(ctx->planned_bytes()));
-  const int32_t vocab_n = int32_t(model.config().vocab_size);
   SelftestProgress prog;
   prog.total = int64_t(protos.size()) * 2 * C * P;
   const auto t_loop = clock::now();
@@ -579,35 +580,27 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
       const std::vector<Probe>& probes = clusters[pi][size_t(c)];
       const uint32_t shared = probes[0].shared;
       ctx->reset();
-      size_t snap_bytes = 0;
       if (shared > 0) {
         PKV_RETURN_IF_ERROR(ctx->prefill(probes[0].ids.data(), shared));
-        PKV_RETURN_IF_ERROR(ctx->snapshot(shared_state.data(), shared_state.size(), &snap_bytes));
+        PKV_RETURN_IF_ERROR(ctx->save_slot(0));
         r.prefill_tokens += shared;
       }
       for (size_t k = 0; k < probes.size(); ++k) {
         const Probe& p = probes[k];
         if (shared > 0) {
-          if (k > 0) PKV_RETURN_IF_ERROR(ctx->restore(shared_state.data(), snap_bytes));
+          if (k > 0) PKV_RETURN_IF_ERROR(ctx->load_slot(0));
         } else {
           ctx->reset();
         }
         PKV_RETURN_IF_ERROR(ctx->prefill(p.ids.data() + shared, p.ids.size() - shared));
         r.prefill_tokens += int64_t(p.ids.size() - shared);
         r.naive_prefill_tokens += int64_t(p.ids.size());
-        // Teacher-forced gold value: NLL and greedy hit (the gold is the argmax).
-        const float* lg = ctx->logits();
-        float mx = lg[0];
-        int32_t best = 0;
-        for (int32_t i = 1; i < vocab_n; ++i)
-          if (lg[i] > mx) {
-            mx = lg[i];
-            best = i;
-          }
-        double sum = 0;
-        for (int32_t i = 0; i < vocab_n; ++i) sum += std::exp(double(lg[i]) - double(mx));
-        ob.nll.at(row, p.residue) = std::log(sum) - (double(lg[p.gold]) - double(mx));
-        ob.hit.at(row, p.residue) = best == p.gold ? 1.0 : 0.0;
+        // Teacher-forced gold value: NLL and greedy hit (the gold is the argmax), scored by the
+        // backend where the logits are.
+        ScoreResult sc;
+        PKV_RETURN_IF_ERROR(ctx->score(p.gold, &sc));
+        ob.nll.at(row, p.residue) = sc.nll;
+        ob.hit.at(row, p.residue) = sc.hit ? 1.0 : 0.0;
         ++r.probes;
         if (o.progress) {
           prog.done = r.probes;

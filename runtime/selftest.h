@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backends.h"
 #include "model.h"
 #include "selftest_stats.h"
 
@@ -119,6 +120,8 @@ struct SelftestOptions {
   bool outer = true, in_sequence = true;
   int n_threads = 1;
   uint32_t n_batch = 256;
+  BackendKind backend = BackendKind::Cpu;  // where the probes run (scored on that backend)
+  int device = 0;                          // CUDA device ordinal
   // Target-to-query distance; 0: the model's largest local window + P + 4. --control sets the
   // compressed run's value so that the full-attention twin sees exactly the same probes.
   uint32_t min_distance = 0;

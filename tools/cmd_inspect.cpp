@@ -20,6 +20,7 @@ namespace {
 using nlohmann::json;
 
 struct InspectArgs {
+  BackendOptions be;
   std::string model;
   uint32_t ctx = 0;
   uint32_t batch = 256;
@@ -88,6 +89,18 @@ int run_inspect(const InspectArgs& a) {
   pp.n_batch = a.batch;
   pp.beyond_trained = a.beyond;
   pp.n_threads = a.threads > 0 ? a.threads : default_context_params().n_threads;
+  // The plan of the backend asked for (where each buffer lives, its workspace).
+  std::unique_ptr<Backend> backend;
+  BackendParams bp;
+  bp.kind = a.be.kind();
+  bp.n_threads = 1;  // the CPU backend's workspace is sized from pp.n_threads below, not its pool
+  bp.device = a.be.device;
+  bp.cuda_weights = a.be.weights();
+  if (bp.kind != BackendKind::Cpu) {
+    s = make_backend(bp, &backend);
+    if (!s.ok()) return report("inspect", s.with_context("--backend"));
+    if (std::string(backend->name()) != "cpu") pp.backend = backend.get();
+  }
   s = plan_memory(spec, mf->header().blob_size, pp, &plan);
   if (!s.ok()) return report("inspect", s.with_context("--ctx"));
 
@@ -137,10 +150,16 @@ int run_inspect(const InspectArgs& a) {
     for (uint32_t i = 0; i < spec.layers.size(); ++i) layers.push_back(layer_json(i, spec.layers[i], plan.layers[i]));
     j["layers"] = layers;
     json buffers = json::array();
-    for (const PlanBuffer& b : plan.buffers) buffers.push_back({{"name", b.name}, {"bytes", b.bytes}});
+    for (const PlanBuffer& b : plan.buffers)
+      buffers.push_back({{"name", b.name}, {"bytes", b.bytes}, {"space", memory_space_name(b.space)}});
     j["plan"] = {{"n_ctx", plan.n_ctx}, {"n_batch", plan.n_batch}, {"n_threads", plan.n_threads},
                  {"kv_elem_bytes", plan.kv_elem_bytes}, {"kv_dtype", "f32"},
-                 {"weights_bytes", plan.weights_bytes}, {"weights_source", "mmap"},
+                 {"backend", plan.backend}, {"weights_bytes", plan.weights_bytes},
+                 {"weights_source", plan.weights_space == MemorySpace::Host     ? "mmap"
+                                    : plan.weights_space == MemorySpace::Device ? "device copy"
+                                                                                : "mapped pinned host copy"},
+                 {"space_bytes", {{"host", plan.space_bytes[0]}, {"pinned_host", plan.space_bytes[1]},
+                                  {"device", plan.space_bytes[2]}}},
                  {"kv_bytes_total", plan.kv_bytes_total}, {"scratch_bytes", plan.scratch_bytes},
                  {"workspace_bytes", plan.workspace_bytes}, {"context_bytes", plan.arena_bytes},
                  {"total_bytes", plan.weights_bytes + plan.arena_bytes}, {"buffers", buffers}};
@@ -207,6 +226,7 @@ void register_inspect(CLI::App& app, int* exit_code) {
       ->default_val(256)
       ->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("-t,--threads", args->threads, "CPU threads the plan sizes the backend scratch for (default: all)");
+  add_backend_options(cmd, &args->be);
   cmd->add_flag("--beyond-trained", args->beyond, "Allow --ctx above the model's trained context (max_positions)");
   cmd->add_flag("--json", args->json, "Print JSON instead of tables");
   cmd->add_flag("--tensors", args->tensors, "List every tensor");

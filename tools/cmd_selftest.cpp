@@ -43,6 +43,7 @@ using json = nlohmann::json;
 constexpr int kExitGateFailed = 3;
 
 struct SelftestArgs {
+  BackendOptions be;
   std::string model;
   std::string template_file;
   bool chat = false;
@@ -267,6 +268,8 @@ int run_selftest_cmd(const SelftestArgs& a) {
   o.outer = a.protocol == "both" || a.protocol == "outer";
   o.in_sequence = a.protocol == "both" || a.protocol == "in_sequence";
   o.n_threads = a.threads > 0 ? a.threads : default_context_params().n_threads;
+  o.backend = a.be.kind();
+  o.device = a.be.device;
   o.n_batch = a.batch;
   const bool tty = !a.quiet;
   std::string label = "compressed";
@@ -509,6 +512,7 @@ void register_selftest(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--control", a->control, "Also run the full-attention twin and report the gap compression adds");
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
+  add_backend_options(cmd, &a->be);
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk")->default_val(256)->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("--json", a->json_path, "Write the JSON report (schema docs/selftest.schema.json)");
   cmd->add_option("--html", a->html_path, "Write a self-contained HTML report");

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "backends.h"
 #include "status.h"
 
 namespace phasekv {
@@ -16,6 +17,16 @@ constexpr int kExitBadInput = 2;    // usage errors, bad files, bad arguments, I
 
 // Prints "phasekv <command>: error: ..." to stderr and maps the status to an exit code.
 int report(const char* command, const Status& s);
+
+// --backend / --device / --cuda-weights, shared by run, bench, selftest and inspect.
+struct BackendOptions {
+  std::string backend = "cpu";
+  int device = 0;
+  std::string cuda_weights = "auto";
+  BackendKind kind() const;
+  CudaWeights weights() const;
+};
+void add_backend_options(CLI::App* cmd, BackendOptions* o);
 
 void register_convert(CLI::App& app, int* exit_code);
 void register_inspect(CLI::App& app, int* exit_code);

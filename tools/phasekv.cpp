@@ -18,6 +18,31 @@ int report(const char* command, const Status& s) {
   }
 }
 
+void add_backend_options(CLI::App* cmd, BackendOptions* o) {
+  cmd->add_option("--backend", o->backend,
+                  "Where to compute: cpu, cuda, or auto (CUDA when a device is present, else the CPU)")
+      ->default_val("cpu")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--device", o->device, "CUDA device ordinal")->default_val(0)->check(CLI::Range(0, 1023));
+  cmd->add_option("--cuda-weights", o->cuda_weights,
+                  "CUDA weights: auto (device copy on a discrete GPU, mapped pinned host copy on an integrated "
+                  "one), device, or mapped")
+      ->default_val("auto")
+      ->check(CLI::IsMember({"auto", "device", "mapped"}));
+}
+
+BackendKind BackendOptions::kind() const {
+  BackendKind k = BackendKind::Cpu;
+  backend_kind_from_name(backend.c_str(), &k);
+  return k;
+}
+
+CudaWeights BackendOptions::weights() const {
+  CudaWeights w = CudaWeights::Auto;
+  cuda_weights_from_name(cuda_weights.c_str(), &w);
+  return w;
+}
+
 }  // namespace tools
 }  // namespace phasekv
 

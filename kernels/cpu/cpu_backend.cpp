@@ -1,7 +1,10 @@
 #include "cpu_backend.h"
 
+#include <mimalloc.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace phasekv {
 
@@ -11,6 +14,73 @@ CpuBackend::CpuBackend(int n_threads, const cpu::KernelTable* table)
 bool CpuBackend::supports(BackendOp op, DType t) const {
   (void)op;
   return dtype_info(uint8_t(t)) != nullptr;  // every op, every dtype
+}
+
+namespace {
+
+// The CPU reads the weights where they are.
+class InPlaceWeights final : public WeightMapping {
+ public:
+  InPlaceWeights(const HostRegion* r, int n) {
+    for (int i = 0; i < n; ++i) {
+      const uint8_t* p = static_cast<const uint8_t*>(r[i].data);
+      regions_.push_back({p, r[i].bytes, p});
+    }
+  }
+};
+
+}  // namespace
+
+Status CpuBackend::map_weights(const HostRegion* regions, int n_regions, std::shared_ptr<WeightMapping>* out) {
+  *out = std::make_shared<InPlaceWeights>(regions, n_regions);
+  return Status::Ok();
+}
+
+Status CpuBackend::allocate(MemorySpace space, size_t bytes, void** out) {
+  if (space == MemorySpace::Device)
+    return make_error(StatusCode::kInternal, "cpu backend: no device memory (asked for %zu bytes)", bytes);
+  *out = mi_malloc_aligned(bytes, 256);
+  if (!*out) return make_error(StatusCode::kOutOfMemory, "cannot allocate %zu bytes of host memory", bytes);
+  return Status::Ok();
+}
+
+void CpuBackend::release(MemorySpace, void* p) {
+  if (p) mi_free(p);
+}
+
+Status CpuBackend::zero(MemorySpace, void* p, size_t bytes) {
+  std::memset(p, 0, bytes);
+  return Status::Ok();
+}
+
+void CpuBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::ring_write(const RingWriteArgs& a) {
+  if (a.ring_rows <= 0) return;
+  const int keep = std::min(a.n_tokens, a.ring_rows);
+  const size_t kvd = size_t(a.kvd);
+  for (int t = a.n_tokens - keep; t < a.n_tokens; ++t) {
+    const size_t row = size_t(a.first_pos + t) % size_t(a.ring_rows);
+    std::memcpy(a.ring_k + row * kvd, a.k_rows + size_t(t) * kvd, kvd * sizeof(float));
+    std::memcpy(a.ring_v + row * kvd, a.v_rows + size_t(t) * kvd, kvd * sizeof(float));
+  }
+}
+
+void CpuBackend::gold_score(const float* lg, int n, int32_t gold, ScoreResult* out) {
+  float mx = lg[0];
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i)
+    if (lg[i] > mx) {
+      mx = lg[i];
+      best = i;
+    }
+  double sum = 0;
+  for (int32_t i = 0; i < n; ++i) sum += std::exp(double(lg[i]) - double(mx));
+  out->nll = std::log(sum) - (double(lg[gold]) - double(mx));
+  out->argmax = best;
+  out->hit = best == gold ? 1 : 0;
 }
 
 size_t CpuBackend::workspace_bytes_for(const WorkspaceQuery& q, int n_threads) {

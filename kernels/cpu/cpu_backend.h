@@ -17,10 +17,24 @@ class CpuBackend final : public Backend {
 
   const char* name() const override { return "cpu"; }
   const char* isa() const { return k_.name; }
+  const char* kernels_name() const override { return k_.name; }
   int n_threads() const { return pool_.size(); }
   bool supports(BackendOp op, DType weight_type) const override;
   size_t workspace_bytes(const WorkspaceQuery& q) const override;
   Status bind_workspace(void* base, size_t bytes, const WorkspaceQuery& q) override;
+
+  // Everything in ordinary host memory; weights read in place from the mapped file.
+  MemorySpace state_space() const override { return MemorySpace::Host; }
+  MemorySpace weights_space() const override { return MemorySpace::Host; }
+  std::string weights_key() const override { return "cpu"; }
+  Status map_weights(const HostRegion* regions, int n_regions, std::shared_ptr<WeightMapping>* out) override;
+  Status allocate(MemorySpace space, size_t bytes, void** out) override;
+  void release(MemorySpace space, void* p) override;
+  Status zero(MemorySpace space, void* p, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void upload(void* dst, const void* host_src, size_t bytes) override { copy(dst, host_src, bytes); }
+  void download(void* host_dst, const void* src, size_t bytes) override { copy(host_dst, src, bytes); }
+  Status synchronize() override { return Status::Ok(); }  // every op has finished when it returns
 
   void embed(const WeightView& table, const int32_t* tokens, int n, float* out) override;
   void rmsnorm(const float* x, const float* w, float eps, int n, int dim, float* out) override;
@@ -34,6 +48,8 @@ class CpuBackend final : public Backend {
   static size_t workspace_bytes_for(const WorkspaceQuery& q, int n_threads);
   void silu_mul(const float* g, const float* u, float* out, size_t n) override;
   void add(float* x, const float* y, size_t n) override;
+  void ring_write(const RingWriteArgs& a) override;
+  void gold_score(const float* logits, int n, int32_t gold, ScoreResult* out) override;
 
  private:
   const cpu::KernelTable& k_;
