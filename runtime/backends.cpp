@@ -69,7 +69,7 @@ Status make_backend(const BackendParams& p, std::unique_ptr<Backend>* out) {
   if (kind == BackendKind::Auto) kind = cuda_backend_available(&why) ? BackendKind::Cuda : BackendKind::Cpu;
   switch (kind) {
     case BackendKind::Cpu:
-      out->reset(new CpuBackend(p.n_threads, p.cpu_kernels));
+      out->reset(new CpuBackend(p.n_threads, p.cpu_kernels, p.cpu_mode));
       return Status::Ok();
     case BackendKind::Cuda: {
       if (!cuda_backend_available(&why))

@@ -32,6 +32,7 @@ struct BackendParams {
   BackendKind kind = BackendKind::Cpu;
   int n_threads = 1;                         // CPU worker threads (the CUDA backend ignores it)
   const cpu::KernelTable* cpu_kernels = nullptr;  // nullptr: the best for this CPU
+  cpu::MatmulMode cpu_mode = cpu::MatmulMode::Reference;  // the CPU backend's matmul mode
   int device = 0;                            // CUDA device ordinal
   CudaWeights cuda_weights = CudaWeights::Auto;
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -51,11 +52,16 @@ Status Context::create(const Model& model, const ContextParams& params, std::uni
   if (params.n_threads < 1 || params.n_threads > 256)
     return make_error(StatusCode::kInvalidArgument, "n_threads = %d must be in [1, 256]", params.n_threads);
   const cpu::KernelTable* table = nullptr;
-  if (params.kernels) {
-    table = cpu::kernels_by_name(params.kernels);
-    if (!table)
-      return make_error(StatusCode::kInvalidArgument, "kernels = '%s' is not available on this CPU/build",
-                        params.kernels);
+  cpu::MatmulMode mode = cpu::MatmulMode::Reference;
+  {
+    const char* env = std::getenv("PHASEKV_KERNELS");
+    const char* spec = params.kernels ? params.kernels : env;
+    std::string bad;
+    if (spec && !cpu::parse_kernel_spec(spec, &mode, &table, &bad))
+      return make_error(StatusCode::kInvalidArgument,
+                        "%s = '%s': '%s' is not available on this CPU/build (modes: reference, q8; instruction "
+                        "sets: avx2, avx2-maddubs, avx512vnni, neon, neon-dotprod, portable)",
+                        params.kernels ? "kernels" : "PHASEKV_KERNELS", spec, bad.c_str());
   }
   if (params.snapshot_slots > 64)
     return make_error(StatusCode::kInvalidArgument, "snapshot_slots = %u must be at most 64", params.snapshot_slots);
@@ -68,6 +74,7 @@ Status Context::create(const Model& model, const ContextParams& params, std::uni
     bp.kind = params.backend;
     bp.n_threads = params.n_threads;
     bp.cpu_kernels = table;
+    bp.cpu_mode = mode;
     bp.device = params.device;
     bp.cuda_weights = params.cuda_weights;
     PKV_RETURN_IF_ERROR(make_backend(bp, &ctx->backend_));

@@ -20,7 +20,10 @@ struct ContextParams {
   uint32_t n_ctx = 2048;   // maximum tokens in the context (<= the model's max_positions)
   uint32_t n_batch = 256;  // prefill chunk: tokens evaluated per forward pass (>= 1; capped at n_ctx)
   int n_threads = 0;       // worker threads (>= 1); 0 is rejected (default_context_params() fills it)
-  const char* kernels = nullptr;  // CPU instruction set ("avx2", "neon", "portable"); nullptr = best
+  // CPU kernels: a mode and/or an instruction set, ':'-separated ("q8", "reference", "avx2",
+  // "q8:portable"; cpu_kernels.h parse_kernel_spec). nullptr: $PHASEKV_KERNELS, else the
+  // reference mode on the best instruction set. q8 = 8-bit activations with integer dot products.
+  const char* kernels = nullptr;
   uint64_t memory_budget = 0;     // bytes the context may allocate (its arena); 0 = no limit
   bool prefault = true;           // touch every arena page at creation (no page faults while decoding)
   bool beyond_trained = false;    // allow n_ctx above the model's max_positions (quality is the caller's risk)

@@ -478,6 +478,7 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
     cp.backend = o.backend;
     cp.device = o.device;
     cp.snapshot_slots = 1;  // the shared prefix stays in backend memory
+    if (!o.kernels.empty()) cp.kernels = o.kernels.c_str();
     PKV_RETURN_IF_ERROR(Context::create(model, cp, &ctx));
     r.kernels = ctx->kernels_name();
   }

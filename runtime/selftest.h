@@ -121,6 +121,7 @@ struct SelftestOptions {
   int n_threads = 1;
   uint32_t n_batch = 256;
   BackendKind backend = BackendKind::Cpu;  // where the probes run (scored on that backend)
+  std::string kernels;                     // CPU kernel spec (ContextParams::kernels); empty: $PHASEKV_KERNELS / reference
   int device = 0;                          // CUDA device ordinal
   // Target-to-query distance; 0: the model's largest local window + P + 4. --control sets the
   // compressed run's value so that the full-attention twin sees exactly the same probes.

@@ -78,6 +78,7 @@ build() {
   {
     for f in $LIB_CXX; do echo "$CXX $CXXFLAGS -c $f -o $B/obj/$(echo "$f" | tr / _).o"; done
     echo "$CXX $CXXFLAGS -mavx2 -mfma -mf16c -c kernels/cpu/kernels_avx2.cpp -o $B/obj/kernels_avx2.o"
+    echo "$CXX $CXXFLAGS -mavx2 -mfma -mf16c -mavx512vnni -mavx512vl -c kernels/cpu/kernels_avx512vnni.cpp -o $B/obj/kernels_avx512vnni.o"
     for f in $LIB_CU; do echo "$NVCC $NVFLAGS -c $f -o $B/obj/$(echo "$f" | tr / _).o"; done
     for t in tests/backend/test_backend_ops.cpp tests/cuda/test_cuda_e2e.cpp tests/unit/test_cuda_dequant.cpp; do
       echo "$CXX $CXXFLAGS -I/usr/local/cuda/include -c $t -o $B/$(basename "$t" .cpp).o"

@@ -269,6 +269,7 @@ int run_selftest_cmd(const SelftestArgs& a) {
   o.in_sequence = a.protocol == "both" || a.protocol == "in_sequence";
   o.n_threads = a.threads > 0 ? a.threads : default_context_params().n_threads;
   o.backend = a.be.kind();
+  o.kernels = a.be.kernel_spec("reference");
   o.device = a.be.device;
   o.n_batch = a.batch;
   const bool tty = !a.quiet;

@@ -23,10 +23,14 @@ struct BackendOptions {
   std::string backend = "cpu";
   int device = 0;
   std::string cuda_weights = "auto";
+  std::string kernels;  // --kernels SPEC; empty: the command's default (kernels_default)
   BackendKind kind() const;
+  // The CPU kernel spec to use: --kernels, else $PHASEKV_KERNELS, else `command_default`.
+  const char* kernel_spec(const char* command_default) const;
   CudaWeights weights() const;
 };
-void add_backend_options(CLI::App* cmd, BackendOptions* o);
+// `kernels_default` is what --help says --kernels defaults to ("q8" for run and bench).
+void add_backend_options(CLI::App* cmd, BackendOptions* o, const char* kernels_default = "reference");
 
 void register_convert(CLI::App& app, int* exit_code);
 void register_inspect(CLI::App& app, int* exit_code);

@@ -1,5 +1,6 @@
 // phasekv: the PhaseKV command-line tool (convert, inspect, run, bench, selftest).
 #include <cstdio>
+#include <cstdlib>
 
 #include "commands.h"
 
@@ -18,7 +19,12 @@ int report(const char* command, const Status& s) {
   }
 }
 
-void add_backend_options(CLI::App* cmd, BackendOptions* o) {
+void add_backend_options(CLI::App* cmd, BackendOptions* o, const char* kernels_default) {
+  cmd->add_option("--kernels", o->kernels,
+                  std::string("CPU kernels: q8 (8-bit activations, integer dot products) or reference (f32), "
+                              "optionally :ISA (avx2, avx512vnni, neon, portable), e.g. q8:avx2 (default: "
+                              "$PHASEKV_KERNELS, else ") +
+                      kernels_default + ")");
   cmd->add_option("--backend", o->backend,
                   "Where to compute: cpu, cuda, or auto (CUDA when a device is present, else the CPU)")
       ->default_val("cpu")
@@ -29,6 +35,12 @@ void add_backend_options(CLI::App* cmd, BackendOptions* o) {
                   "one), device, or mapped")
       ->default_val("auto")
       ->check(CLI::IsMember({"auto", "device", "mapped"}));
+}
+
+const char* BackendOptions::kernel_spec(const char* command_default) const {
+  if (!kernels.empty()) return kernels.c_str();
+  const char* env = std::getenv("PHASEKV_KERNELS");
+  return env && *env ? env : command_default;
 }
 
 BackendKind BackendOptions::kind() const {

@@ -8,8 +8,12 @@
 
 namespace phasekv {
 
-CpuBackend::CpuBackend(int n_threads, const cpu::KernelTable* table)
-    : k_(table ? *table : cpu::kernels()), pool_(n_threads) {}
+CpuBackend::CpuBackend(int n_threads, const cpu::KernelTable* table, cpu::MatmulMode mode)
+    : k_(table ? *table : cpu::kernels()), mode_(mode), pool_(n_threads) {
+  name_ = mode_ == cpu::MatmulMode::Q8 ? std::string("q8 ") + k_.q8_isa : std::string(k_.name);
+}
+
+const char* CpuBackend::kernels_name() const { return name_.c_str(); }
 
 bool CpuBackend::supports(BackendOp op, DType t) const {
   (void)op;
@@ -83,10 +87,17 @@ void CpuBackend::gold_score(const float* lg, int n, int32_t gold, ScoreResult* o
   out->hit = best == gold ? 1 : 0;
 }
 
+namespace {
+// The q8 mode's quantized activations: one BlockQ8x per 32 inputs of every token of a chunk.
+size_t q8_bytes(const WorkspaceQuery& q) {
+  return ((size_t(q.max_tokens) * size_t(q.max_k / 32) * sizeof(cpu::BlockQ8x)) + 63) & ~size_t(63);
+}
+}  // namespace
+
 size_t CpuBackend::workspace_bytes_for(const WorkspaceQuery& q, int n_threads) {
   const size_t per_thread =
       std::max<size_t>(size_t(4) * size_t(q.max_k), size_t(q.n_ctx) * size_t(std::max(q.attention_group, 1)));
-  return size_t(n_threads) * ((per_thread + 15) & ~size_t(15)) * sizeof(float);
+  return size_t(n_threads) * ((per_thread + 15) & ~size_t(15)) * sizeof(float) + q8_bytes(q);
 }
 
 size_t CpuBackend::workspace_bytes(const WorkspaceQuery& q) const { return workspace_bytes_for(q, pool_.size()); }
@@ -100,6 +111,8 @@ Status CpuBackend::bind_workspace(void* base, size_t bytes, const WorkspaceQuery
                                       size_t(q.n_ctx) * size_t(std::max(q.attention_group, 1))) +
                      15) &
                     ~size_t(15);
+  xq_ = reinterpret_cast<cpu::BlockQ8x*>(static_cast<uint8_t*>(base) + size_t(pool_.size()) * scratch_stride_ * sizeof(float));
+  xq_tokens_ = q.max_tokens;
   return Status::Ok();
 }
 
@@ -119,6 +132,7 @@ struct MatmulJob {
   const cpu::KernelTable* k;
   cpu::MatmulArgs args[3];
   int rows[3];
+  bool q8[3];     // this matrix through the q8 kernels
   int row_block;
   int blocks[3];  // row blocks per matrix
   float* scratch;
@@ -131,7 +145,20 @@ void matmul_task(void* ctx, int task, int thread) {
   while (task >= j.blocks[m]) task -= j.blocks[m++];
   const int r0 = task * j.row_block;
   const int r1 = std::min(j.rows[m], r0 + j.row_block);
-  j.k->matmul_rows(j.args[m], r0, r1, j.scratch + size_t(thread) * j.scratch_stride);
+  if (j.q8[m]) j.k->matmul_q8_rows(j.args[m], r0, r1);
+  else j.k->matmul_rows(j.args[m], r0, r1, j.scratch + size_t(thread) * j.scratch_stride);
+}
+
+struct QuantizeJob {
+  const cpu::KernelTable* k;
+  const float* x;
+  cpu::BlockQ8x* xq;
+  int k_in;
+};
+
+void quantize_task(void* ctx, int t, int /*thread*/) {
+  QuantizeJob& j = *static_cast<QuantizeJob*>(ctx);
+  j.k->quantize_q8(j.x + size_t(t) * j.k_in, j.xq + size_t(t) * (j.k_in / 32), j.k_in);
 }
 
 }  // namespace
@@ -148,8 +175,23 @@ void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const 
   block = std::max(4, (block + 3) & ~3);
   j.row_block = block;
   int tasks = 0;
+  bool quantized = false;  // x quantized once for every matrix that shares it
   for (int m = 0; m < n_mats; ++m) {
     j.args[m] = cpu::MatmulArgs{w[m].dtype, w[m].data, w[m].row_bytes, x, y[m], w[m].cols, n, w[m].rows};
+    j.q8[m] = mode_ == cpu::MatmulMode::Q8 && cpu::q8_supported(w[m].dtype) && w[m].cols % 32 == 0 &&
+              n <= xq_tokens_ && xq_;
+    if (j.q8[m]) {
+      if (!quantized) {
+        QuantizeJob qj{&k_, x, xq_, w[m].cols};
+        if (n >= 8) {
+          pool_.run(n, quantize_task, &qj);
+        } else {
+          for (int t = 0; t < n; ++t) quantize_task(&qj, t, 0);
+        }
+        quantized = true;
+      }
+      j.args[m].xq = xq_;
+    }
     j.rows[m] = w[m].rows;
     j.blocks[m] = (w[m].rows + block - 1) / block;
     tasks += j.blocks[m];

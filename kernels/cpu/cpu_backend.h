@@ -12,12 +12,15 @@ namespace phasekv {
 
 class CpuBackend final : public Backend {
  public:
-  // n_threads >= 1. `table` selects the instruction set (nullptr: the best for this CPU).
-  explicit CpuBackend(int n_threads, const cpu::KernelTable* table = nullptr);
+  // n_threads >= 1. `table` selects the instruction set (nullptr: the best for this CPU); `mode`
+  // how quantized weights meet activations (cpu_kernels.h MatmulMode).
+  explicit CpuBackend(int n_threads, const cpu::KernelTable* table = nullptr,
+                      cpu::MatmulMode mode = cpu::MatmulMode::Reference);
+  cpu::MatmulMode mode() const { return mode_; }
 
   const char* name() const override { return "cpu"; }
   const char* isa() const { return k_.name; }
-  const char* kernels_name() const override { return k_.name; }
+  const char* kernels_name() const override;
   int n_threads() const { return pool_.size(); }
   bool supports(BackendOp op, DType weight_type) const override;
   size_t workspace_bytes(const WorkspaceQuery& q) const override;
@@ -53,8 +56,12 @@ class CpuBackend final : public Backend {
 
  private:
   const cpu::KernelTable& k_;
+  cpu::MatmulMode mode_;
+  std::string name_;
   ThreadPool pool_;
   float* scratch_ = nullptr;     // [n_threads, scratch_stride_]
+  cpu::BlockQ8x* xq_ = nullptr;  // [max_tokens, max_k / 32] the q8 mode's quantized activations
+  int xq_tokens_ = 0;
   size_t scratch_stride_ = 0;    // floats per thread: 4 * max_k (matmul) or n_ctx (scores)
   int max_rope_half_ = 0;
 };

@@ -2,8 +2,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <string>
 
 #include "cpu_kernels.h"
+
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 namespace phasekv {
 namespace cpu {
@@ -11,9 +18,11 @@ namespace cpu {
 extern const KernelTable kPortableKernels;
 #if defined(__x86_64__) && defined(PHASEKV_HAVE_AVX2_KERNELS)
 extern const KernelTable kAvx2Kernels;
+extern const KernelTable kAvx2VnniKernels;
 #endif
 #if defined(__aarch64__)
 extern const KernelTable kNeonKernels;
+extern const KernelTable kNeonDotprodKernels;
 #endif
 
 namespace {
@@ -25,28 +34,71 @@ namespace {
   return false;
 #endif
 }
+[[maybe_unused]] bool cpu_has_avx512vnni() {
+#if defined(__x86_64__) && defined(PHASEKV_HAVE_AVX2_KERNELS)
+  __builtin_cpu_init();
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+[[maybe_unused]] bool cpu_has_dotprod() {
+#if defined(__aarch64__)
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+  return false;
+#endif
+}
 }  // namespace
 
 const KernelTable* kernels_by_name(const char* name) {
   if (std::strcmp(name, "portable") == 0) return &kPortableKernels;
 #if defined(__x86_64__) && defined(PHASEKV_HAVE_AVX2_KERNELS)
-  if (std::strcmp(name, "avx2") == 0 && cpu_has_avx2()) return &kAvx2Kernels;
+  // "avx2": the best x86 table (its q8 lanes with VNNI when the CPU has it); the others pin one.
+  if (std::strcmp(name, "avx2") == 0 && cpu_has_avx2()) return cpu_has_avx512vnni() ? &kAvx2VnniKernels : &kAvx2Kernels;
+  if (std::strcmp(name, "avx2-maddubs") == 0 && cpu_has_avx2()) return &kAvx2Kernels;
+  if (std::strcmp(name, "avx512vnni") == 0 && cpu_has_avx512vnni()) return &kAvx2VnniKernels;
 #endif
 #if defined(__aarch64__)
-  if (std::strcmp(name, "neon") == 0) return &kNeonKernels;
+  if (std::strcmp(name, "neon") == 0) return cpu_has_dotprod() ? &kNeonDotprodKernels : &kNeonKernels;
+  if (std::strcmp(name, "neon-nodotprod") == 0) return &kNeonKernels;
+  if (std::strcmp(name, "neon-dotprod") == 0 && cpu_has_dotprod()) return &kNeonDotprodKernels;
 #endif
   return nullptr;
 }
 
+const char* matmul_mode_name(MatmulMode m) { return m == MatmulMode::Q8 ? "q8" : "reference"; }
+
+bool parse_kernel_spec(const char* spec, MatmulMode* mode, const KernelTable** table, std::string* bad) {
+  std::string s = spec ? spec : "";
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t end = std::min(s.find(':', at), s.size());
+    const std::string tok = s.substr(at, end - at);
+    if (tok == "reference") *mode = MatmulMode::Reference;
+    else if (tok == "q8") *mode = MatmulMode::Q8;
+    else if (const KernelTable* t = tok.empty() ? nullptr : kernels_by_name(tok.c_str())) *table = t;
+    else {
+      if (bad) *bad = tok;
+      return false;
+    }
+    at = end + 1;
+  }
+  return true;
+}
+
 const KernelTable& kernels() {
   static const KernelTable* table = [] {
-    // PHASEKV_KERNELS=portable forces the portable kernels (debugging, comparisons).
+    // PHASEKV_KERNELS=portable (or q8:portable, ...) forces an instruction set (debugging, comparisons).
     const char* force = std::getenv("PHASEKV_KERNELS");
     if (force) {
-      if (const KernelTable* t = kernels_by_name(force)) return t;
+      MatmulMode m = MatmulMode::Reference;
+      const KernelTable* t = nullptr;
+      if (parse_kernel_spec(force, &m, &t, nullptr) && t) return t;
     }
 #if defined(__aarch64__)
-    return &kNeonKernels;
+    return kernels_by_name("neon");
 #else
     return cpu_has_avx2() ? kernels_by_name("avx2") : &kPortableKernels;
 #endif

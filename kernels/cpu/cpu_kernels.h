@@ -15,11 +15,25 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "dtype.h"
 
 namespace phasekv {
 namespace cpu {
+
+// One 32-element block of an activation row quantized to 8 bits (the q8 matmul mode), with one
+// scale per 16-element half (h = 0: elements 0..15, h = 1: 16..31; a half-block scale halves the
+// reach of an outlier channel at no cost in the integer kernels):
+//   d[h] = max|x_i| / 127 over the half, q_i = round-half-even(x_i * (1/d[h])) clamped to
+//   [-127, 127] (q = 0 when d[h] = 0), s = d[0] * sum(q_0..15) + d[1] * sum(q_16..31)
+//   (what Q4_1's per-block minimum multiplies).
+struct BlockQ8x {
+  int8_t q[32];
+  float d[2];
+  float s;
+};
+static_assert(sizeof(BlockQ8x) == 44, "BlockQ8x is 44 bytes");
 
 // Y[t, r] = dot(W[r, :], X[t, :]) for rows r in [row_begin, row_end) and tokens t in [0, n_tok).
 struct MatmulArgs {
@@ -31,6 +45,7 @@ struct MatmulArgs {
   int k;                // inner dimension (multiple of 32 for quantized W)
   int n_tok;
   int ldy;              // row stride of Y (>= n_rows)
+  const BlockQ8x* xq = nullptr;  // q8 mode: X quantized, [n_tok, k / 32] blocks
 };
 
 struct KernelTable {
@@ -42,9 +57,37 @@ struct KernelTable {
   void (*matmul_rows)(const MatmulArgs& a, int row_begin, int row_end, float* scratch);
   // y += a * x (n elements)
   void (*axpy)(float a, const float* x, float* y, int n);
+  // ---- the q8 mode (8-bit activations, integer dot products) ----
+  // out[k / 32] = x quantized block by block (see BlockQ8x); identical on every instruction set.
+  void (*quantize_q8)(const float* x, BlockQ8x* out, int k);
+  // Rows [row_begin, row_end) for Q4_0, Q4_1 and Q8_0 weights against a.xq. Per output, in block
+  // order: the block's 32 products as 8 exact int32 lane sums (lane j: elements 4j..4j+3),
+  // acc[j] = fma(d_w * d_x[j / 4], float(lane j), acc[j]); then the fixed 8-lane reduction of dot(),
+  // plus (Q4_1) the minima term sum_b fma(m_w, s_x, .) kept apart in block order. Integer sums
+  // are exact and every float step is the same IEEE operation, so every instruction set
+  // (AVX2 maddubs, AVX-512 VNNI, NEON sdot, portable C++) gives the same bits.
+  void (*matmul_q8_rows)(const MatmulArgs& a, int row_begin, int row_end);
+  const char* q8_isa;  // the q8 kernels' instructions: "avx2", "avx512vnni", "neon-dotprod", "portable"
 };
 
-// The table for this CPU (AVX2+FMA when the CPU has it, NEON on aarch64, else portable).
+// Weight types the q8 mode multiplies with integer dot products (others stay on the f32 path).
+inline bool q8_supported(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+
+// How a quantized weight matrix meets its activations.
+enum class MatmulMode : uint8_t {
+  Reference = 0,  // f32: weights dequantized to f32, f32 dot products (the reference path)
+  Q8 = 1,         // activations quantized to 8 bits per 32-block, integer dot products (Q4_0/Q4_1/Q8_0)
+};
+const char* matmul_mode_name(MatmulMode m);  // "reference", "q8"
+
+// A kernel spec: tokens separated by ':' — a mode ("reference", "q8") and/or an instruction set
+// ("avx2", "avx2-maddubs", "avx512vnni", "neon", "neon-dotprod", "neon-nodotprod", "portable"),
+// e.g. "q8", "avx2", "q8:portable". What the spec leaves out keeps *mode / *table as given.
+// false (with *bad set to the offending token) for an unknown or unavailable token.
+bool parse_kernel_spec(const char* spec, MatmulMode* mode, const KernelTable** table, std::string* bad);
+
+// The table for this CPU (AVX2+FMA when the CPU has it, NEON on aarch64, else portable), or the
+// instruction set named in PHASEKV_KERNELS.
 const KernelTable& kernels();
 // A specific table by name, or nullptr if this build/CPU lacks it (tests compare them).
 const KernelTable* kernels_by_name(const char* name);

@@ -2,6 +2,7 @@
 // only called after cpu_dispatch.cpp has checked the CPU supports them.
 #if defined(__x86_64__)
 #include "kernels_impl.h"
+#include "q8_avx2.h"
 #include "vec8_avx2.h"
 
 namespace phasekv {
@@ -142,6 +143,23 @@ const KernelTable kAvx2Kernels = {
     impl::dot<Vec8Avx2>,
     matmul_rows_avx2,
     impl::axpy<Vec8Avx2>,
+    q8::quantize_avx2,
+    q8::matmul_rows<q8::Avx2>,
+    "avx2",
+};
+
+// The same table with AVX-512 VNNI's vpdpbusd for the q8 lanes (kernels_avx512vnni.cpp).
+void matmul_q8_rows_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
+extern const KernelTable kAvx2VnniKernels;
+const KernelTable kAvx2VnniKernels = {
+    "avx2",
+    dequant_avx2,
+    impl::dot<Vec8Avx2>,
+    matmul_rows_avx2,
+    impl::axpy<Vec8Avx2>,
+    q8::quantize_avx2,
+    matmul_q8_rows_avx512vnni,
+    "avx512vnni",
 };
 
 }  // namespace cpu

@@ -1,6 +1,7 @@
 // NEON instantiation of the CPU kernels (aarch64: Jetson Orin / Thor CPUs).
 #if defined(__aarch64__)
 #include "kernels_impl.h"
+#include "q8_impl.h"
 #include "vec8_neon.h"
 
 namespace phasekv {
@@ -13,6 +14,9 @@ const KernelTable kNeonKernels = {
     impl::dot<Vec8Neon>,
     impl::matmul_rows<Vec8Neon, impl::dequant_reference>,
     impl::axpy<Vec8Neon>,
+    q8::quantize_portable,
+    q8::matmul_rows<q8::Portable>,  // a CPU without the dot-product extension
+    "portable",
 };
 
 }  // namespace cpu

@@ -1,5 +1,6 @@
 // Portable instantiation of the CPU kernels (any C++17 compiler and CPU).
 #include "kernels_impl.h"
+#include "q8_impl.h"
 #include "vec8_portable.h"
 
 namespace phasekv {
@@ -12,6 +13,9 @@ const KernelTable kPortableKernels = {
     impl::dot<Vec8Portable>,
     impl::matmul_rows<Vec8Portable, impl::dequant_reference>,
     impl::axpy<Vec8Portable>,
+    q8::quantize_portable,
+    q8::matmul_rows<q8::Portable>,
+    "portable",
 };
 
 }  // namespace cpu

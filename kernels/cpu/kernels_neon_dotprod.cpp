@@ -1,0 +1,80 @@
+// The NEON kernels with the Armv8.2 dot-product extension (sdot) for the q8 mode: Jetson Orin's
+// Cortex-A78AE and Thor's Neoverse V3AE have it. Compiled with -march=armv8.2-a+dotprod; chosen
+// by cpu_dispatch.cpp only when the CPU reports HWCAP_ASIMDDP.
+#if defined(__aarch64__)
+#include <arm_neon.h>
+
+#include "kernels_impl.h"
+#include "q8_impl.h"
+#include "vec8_neon.h"
+
+namespace phasekv {
+namespace cpu {
+namespace q8 {
+namespace {
+
+struct NeonDotprod {
+  static constexpr int kRows = 2, kTokens = 4;
+  static float f16(const uint8_t* p) {
+    __fp16 h;
+    std::memcpy(&h, p, 2);
+    return float(h);
+  }
+  using W = int8x16x2_t;
+  using L = int32x4x2_t;
+  using A = float32x4x2_t;
+  template <DType T>
+  static W load_w(const uint8_t* blk) {
+    W w;
+    if constexpr (T == DType::Q8_0) {
+      w.val[0] = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 2));
+      w.val[1] = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 18));
+    } else {
+      const uint8x16_t b = vld1q_u8(blk + (T == DType::Q4_1 ? 4 : 2));
+      const uint8x16_t lo = vandq_u8(b, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(b, 4);
+      w.val[0] = vreinterpretq_s8_u8(lo);
+      w.val[1] = vreinterpretq_s8_u8(hi);
+      if constexpr (T == DType::Q4_0) {
+        w.val[0] = vsubq_s8(w.val[0], vdupq_n_s8(8));
+        w.val[1] = vsubq_s8(w.val[1], vdupq_n_s8(8));
+      }
+    }
+    return w;
+  }
+  template <DType T>
+  static L lanes(const W& w, const int8_t* q) {
+    L l;
+    l.val[0] = vdotq_s32(vdupq_n_s32(0), w.val[0], vld1q_s8(q));       // lanes 0..3: elements 0..15
+    l.val[1] = vdotq_s32(vdupq_n_s32(0), w.val[1], vld1q_s8(q + 16));  // lanes 4..7: elements 16..31
+    return l;
+  }
+  static A zero() { return A{{vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}}; }
+  static A fma(A acc, float s0, float s1, const L& l) {
+    acc.val[0] = vfmaq_f32(acc.val[0], vcvtq_f32_s32(l.val[0]), vdupq_n_f32(s0));
+    acc.val[1] = vfmaq_f32(acc.val[1], vcvtq_f32_s32(l.val[1]), vdupq_n_f32(s1));
+    return acc;
+  }
+  static float hsum(const A& a) {
+    const float32x4_t s = vaddq_f32(a.val[0], a.val[1]);  // [0+4, 1+5, 2+6, 3+7]
+    return (vgetq_lane_f32(s, 0) + vgetq_lane_f32(s, 2)) + (vgetq_lane_f32(s, 1) + vgetq_lane_f32(s, 3));
+  }
+};
+
+}  // namespace
+}  // namespace q8
+
+extern const KernelTable kNeonDotprodKernels;
+const KernelTable kNeonDotprodKernels = {
+    "neon",
+    impl::dequant_reference,
+    impl::dot<Vec8Neon>,
+    impl::matmul_rows<Vec8Neon, impl::dequant_reference>,
+    impl::axpy<Vec8Neon>,
+    q8::quantize_portable,
+    q8::matmul_rows<q8::NeonDotprod>,
+    "neon-dotprod",
+};
+
+}  // namespace cpu
+}  // namespace phasekv
+#endif

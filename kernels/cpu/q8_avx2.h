@@ -1,0 +1,109 @@
+// The q8 policy for AVX2 (maddubs + madd) and, with PKV_Q8_VNNI, AVX-512 VNNI's 256-bit
+// vpdpbusd (AVX512VNNI + AVX512VL): the same lanes, one instruction instead of two. Included
+// by kernels_avx2.cpp and kernels_avx512vnni.cpp, which are compiled for those instructions.
+#pragma once
+
+#include <immintrin.h>
+
+#include "q8_impl.h"
+
+namespace phasekv {
+namespace cpu {
+namespace q8 {
+// Internal linkage: each instruction set's translation unit compiles its own copy with its own
+// flags, so the linker can never hand an AVX-512 build of a helper to the portable table.
+namespace {
+
+#if defined(PKV_Q8_VNNI)
+#define PKV_Q8_AVX2_POLICY Avx512Vnni
+#else
+#define PKV_Q8_AVX2_POLICY Avx2
+#endif
+struct PKV_Q8_AVX2_POLICY {
+  static constexpr int kRows = 2, kTokens = 4;
+  static float f16(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+  }
+  using W = __m256i;
+  using L = __m256i;
+  using A = __m256;
+  template <DType T>
+  static W load_w(const uint8_t* blk) {
+    if constexpr (T == DType::Q8_0) {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    } else {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == DType::Q4_1 ? 4 : 2)));
+      const __m128i m = _mm_set1_epi8(0x0f);
+      const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+      if constexpr (T == DType::Q4_0) return _mm256_sub_epi8(w, _mm256_set1_epi8(8));
+      return w;
+    }
+  }
+  template <DType T>
+  static L lanes(W w, const int8_t* q) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    // Q4_1's weights are unsigned already; signed weights go through |w| * (x * sign(w)).
+    const __m256i u = T == DType::Q4_1 ? w : _mm256_sign_epi8(w, w);
+    const __m256i s = T == DType::Q4_1 ? x : _mm256_sign_epi8(x, w);
+#if defined(PKV_Q8_VNNI)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    // |w| <= 128 and |x| <= 127: a pair of products stays below 2^15, no saturation.
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+  }
+  static A zero() { return _mm256_setzero_ps(); }
+  static A fma(A acc, float s0, float s1, L l) {
+    return _mm256_fmadd_ps(_mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)), _mm256_cvtepi32_ps(l), acc);
+  }
+  static float hsum(A v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    __m128 s = _mm_add_ps(lo, hi);
+    __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+  }
+};
+
+// Equal bit for bit to quantize_portable: max of |x| (exact in any order), the same division
+// and reciprocal, x * id rounded half to even by cvtps (MXCSR's default), clamped.
+inline void quantize_avx2(const float* x, BlockQ8x* out, int k) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int b = 0; b < k / 32; ++b) {
+    __m256i q[4];
+    int sum[2];
+    for (int h = 0; h < 2; ++h) {
+      const float* xh = x + size_t(b) * 32 + 16 * h;
+      const __m256 v0 = _mm256_loadu_ps(xh), v1 = _mm256_loadu_ps(xh + 8);
+      const __m256 mx = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+      const float amax = _mm_cvtss_f32(m4);
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const __m256 vid = _mm256_set1_ps(id);
+      const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+      q[2 * h] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v0, vid)), lo), hi);
+      q[2 * h + 1] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v1, vid)), lo), hi);
+      __m256i s = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      s4 = _mm_hadd_epi32(s4, s4);
+      s4 = _mm_hadd_epi32(s4, s4);
+      sum[h] = _mm_cvtsi128_si32(s4);
+      out[b].d[h] = d;
+    }
+    // Pack 32 int32 -> 32 int8 in element order (packs interleave 128-bit lanes: permute back).
+    const __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), p);
+    out[b].s = out[b].d[0] * float(sum[0]) + out[b].d[1] * float(sum[1]);
+  }
+}
+
+}  // namespace
+}  // namespace q8
+}  // namespace cpu
+}  // namespace phasekv

@@ -1,0 +1,172 @@
+// The q8 matmul mode's kernels (cpu_kernels.h KernelTable::quantize_q8 / matmul_q8_rows),
+// written once over an instruction-set policy P and instantiated per instruction set. P gives:
+//   f16(p)   the f16 at p as float (exact: every policy gives the same value)
+//   W        a weight block unpacked to 32 signed (Q4_0, Q8_0) or unsigned 0..15 (Q4_1) bytes
+//   load_w<T>(row, b)      block b of a weight row
+//   L lanes<T>(W, q)       8 int32 lane sums of products, lane j = elements 4j..4j+3 (exact)
+//   A zero(), A fma(A, float s0, float s1, L) = lane-wise fused s * float(lane) + acc with s = s0
+//     for lanes 0..3 and s1 for lanes 4..7 (the two half-block scales), float hsum(A)
+//     in dot()'s order ((0+4)+(2+6)) + ((1+5)+(3+7)).
+// Included only by the per-ISA translation units.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cpu_kernels.h"
+
+namespace phasekv {
+namespace cpu {
+namespace q8 {
+// Internal linkage: each instruction set's translation unit compiles its own copy with its own
+// flags, so the linker can never hand an AVX-512 build of a helper to the portable table.
+namespace {
+
+inline float f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
+
+// The scalar quantizer every instruction set must equal (nearbyint: round half to even in the
+// default rounding mode, as _mm256_cvtps_epi32 / vcvtnq_s32_f32 round).
+inline void quantize_portable(const float* x, BlockQ8x* out, int k) {
+  for (int b = 0; b < k / 32; ++b) {
+    int sum[2] = {0, 0};
+    for (int h = 0; h < 2; ++h) {
+      const float* xh = x + size_t(b) * 32 + 16 * h;
+      float amax = 0.0f;
+      for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(xh[i]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      for (int i = 0; i < 16; ++i) {
+        const float v = std::nearbyint(xh[i] * id);
+        const int q = int(std::min(127.0f, std::max(-127.0f, v)));
+        out[b].q[16 * h + i] = int8_t(q);
+        sum[h] += q;
+      }
+      out[b].d[h] = d;
+    }
+    out[b].s = out[b].d[0] * float(sum[0]) + out[b].d[1] * float(sum[1]);
+  }
+}
+
+template <DType T>
+constexpr int block_bytes() {
+  return T == DType::Q8_0 ? 34 : T == DType::Q4_0 ? 18 : 20;
+}
+
+// NR rows x NT tokens.
+template <class P, DType T, int NR, int NT>
+inline void tile(const MatmulArgs& a, int r0, int t0) {
+  const int nb = a.k / 32;
+  typename P::A acc[NR][NT];
+  float accm[NR][NT];
+  for (int r = 0; r < NR; ++r)
+    for (int t = 0; t < NT; ++t) {
+      acc[r][t] = P::zero();
+      accm[r][t] = 0.0f;
+    }
+  const uint8_t* rows[NR];
+  for (int r = 0; r < NR; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
+  for (int b = 0; b < nb; ++b) {
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = rows[r] + size_t(b) * block_bytes<T>();
+      const typename P::W w = P::template load_w<T>(blk);
+      const float dw = P::f16(blk);
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8x& xb = a.xq[size_t(t0 + t) * nb + b];
+        acc[r][t] = P::fma(acc[r][t], dw * xb.d[0], dw * xb.d[1], P::template lanes<T>(w, xb.q));
+        if constexpr (T == DType::Q4_1) accm[r][t] = std::fma(P::f16(blk + 2), xb.s, accm[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int t = 0; t < NT; ++t) {
+      float y = P::hsum(acc[r][t]);
+      if constexpr (T == DType::Q4_1) y = y + accm[r][t];
+      a.y[size_t(t0 + t) * a.ldy + r0 + r] = y;
+    }
+}
+
+template <class P, DType T, int NR>
+inline void tile_rows(const MatmulArgs& a, int r0) {
+  constexpr int NT = P::kTokens;
+  int t = 0;
+  for (; t + NT <= a.n_tok; t += NT) tile<P, T, NR, NT>(a, r0, t);
+  for (; t < a.n_tok; ++t) tile<P, T, NR, 1>(a, r0, t);
+}
+
+template <class P, DType T>
+void rows(const MatmulArgs& a, int row_begin, int row_end) {
+  // Decode (one token) takes 4 rows at a time; prefill P::kRows rows x P::kTokens tokens.
+  int r = row_begin;
+  if (a.n_tok == 1) {
+    for (; r + 4 <= row_end; r += 4) tile<P, T, 4, 1>(a, r, 0);
+  } else {
+    for (; r + P::kRows <= row_end; r += P::kRows) tile_rows<P, T, P::kRows>(a, r);
+  }
+  for (; r < row_end; ++r) tile_rows<P, T, 1>(a, r);
+}
+
+template <class P>
+void matmul_rows(const MatmulArgs& a, int row_begin, int row_end) {
+  switch (a.wtype) {
+    case DType::Q4_0: return rows<P, DType::Q4_0>(a, row_begin, row_end);
+    case DType::Q4_1: return rows<P, DType::Q4_1>(a, row_begin, row_end);
+    case DType::Q8_0: return rows<P, DType::Q8_0>(a, row_begin, row_end);
+    default: PKV_ASSERT(!"matmul_q8_rows: a weight type without q8 kernels (q8_supported)");
+  }
+}
+
+// The portable policy: plain C++ with std::fma, the ground every other policy must equal.
+struct Portable {
+  static constexpr int kRows = 2, kTokens = 4;
+  static float f16(const uint8_t* p) { return q8::f16(p); }
+  struct W {
+    int8_t v[32];
+  };
+  struct L {
+    int32_t v[8];
+  };
+  struct A {
+    float v[8];
+  };
+  template <DType T>
+  static W load_w(const uint8_t* blk) {
+    W w;
+    if constexpr (T == DType::Q8_0) {
+      std::memcpy(w.v, blk + 2, 32);
+    } else {
+      const uint8_t* qs = blk + (T == DType::Q4_1 ? 4 : 2);
+      const int off = T == DType::Q4_0 ? 8 : 0;
+      for (int i = 0; i < 16; ++i) {
+        w.v[i] = int8_t((qs[i] & 0x0f) - off);
+        w.v[i + 16] = int8_t((qs[i] >> 4) - off);
+      }
+    }
+    return w;
+  }
+  template <DType T>
+  static L lanes(const W& w, const int8_t* q) {
+    L l;
+    for (int j = 0; j < 8; ++j) {
+      int32_t s = 0;
+      for (int i = 4 * j; i < 4 * j + 4; ++i) s += int32_t(w.v[i]) * int32_t(q[i]);
+      l.v[j] = s;
+    }
+    return l;
+  }
+  static A zero() { return A{{0, 0, 0, 0, 0, 0, 0, 0}}; }
+  static A fma(A acc, float s0, float s1, const L& l) {
+    for (int j = 0; j < 8; ++j) acc.v[j] = std::fma(j < 4 ? s0 : s1, float(l.v[j]), acc.v[j]);
+    return acc;
+  }
+  static float hsum(const A& a) { return ((a.v[0] + a.v[4]) + (a.v[2] + a.v[6])) + ((a.v[1] + a.v[5]) + (a.v[3] + a.v[7])); }
+};
+
+}  // namespace
+}  // namespace q8
+}  // namespace cpu
+}  // namespace phasekv
