@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "context.h"
+#include "read_bandwidth.h"
 
 namespace phasekv {
 namespace tools {
@@ -70,32 +71,6 @@ Stats stats(const std::vector<double>& v) {
 
 // Read bandwidth of this machine with the same thread count: each thread sums its slice of a
 // 256 MiB buffer (larger than any cache), best of 3.
-double measure_read_gbs(int threads) {
-  const size_t n = (256u << 20) / sizeof(float);
-  std::vector<float> buf(n, 1.0f);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> sums(size_t(threads), 0.0);
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; ++t)
-      ts.emplace_back([&, t] {
-        const size_t a = n * size_t(t) / size_t(threads), b = n * size_t(t + 1) / size_t(threads);
-        float acc[8] = {0};
-        for (size_t i = a; i + 8 <= b; i += 8)
-          for (int k = 0; k < 8; ++k) acc[k] += buf[i + size_t(k)];
-        for (float x : acc) sums[size_t(t)] += x;
-      });
-    for (auto& th : ts) th.join();
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double total = 0;
-    for (double x : sums) total += x;
-    if (total < 0) std::printf("%f", total);  // keep the sums alive
-    best = std::max(best, double(n * sizeof(float)) / secs / 1e9);
-  }
-  return best;
-}
-
 int run_bench(const BenchArgs& a) {
   std::unique_ptr<Model> model;
   Status s = Model::load(a.model, &model);
@@ -172,7 +147,8 @@ int run_bench(const BenchArgs& a) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const uint64_t peak_rss = uint64_t(ru.ru_maxrss) * 1024;
-  const double gbs = measure_read_gbs(cp.n_threads);
+  const ReadBandwidth bw = measure_read_bandwidth(cp.n_threads);
+  const double gbs = bw.gbs;
   // Bytes a decode step reads: every matmul weight once, plus one embedding row.
   uint64_t per_token = 0;
   for (uint32_t l = 0; l < model->config().n_layers; ++l) {
@@ -207,7 +183,10 @@ int run_bench(const BenchArgs& a) {
                         {"peak_rss_bytes", peak_rss},
                         {"decode_bytes_per_token", per_token},
                         {"read_bandwidth_gbs", gbs},
-                        {"decode_roofline_tok_s", roofline}};
+                        {"read_bandwidth_loop", bw.loop},
+                        {"read_bandwidth_buffer_mib", bw.buffer_mib},
+                        {"decode_roofline_tok_s", roofline},
+                        {"decode_roofline_fraction", tg.empty() ? 0.0 : sg.mean / roofline}};
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
@@ -224,8 +203,11 @@ int run_bench(const BenchArgs& a) {
   if (!tg.empty() && a.depth > 0)
     std::printf("| tg%d @ d%-5d | %8.1f +- %-8.1f | %4d |\n", a.n_gen, a.depth, sg.mean, sg.sd, a.reps);
   std::printf("peak RSS   %.1f MiB\n", double(peak_rss) / 1048576.0);
-  std::printf("roofline   decode reads %.1f MiB/token; measured read bandwidth %.1f GB/s -> %.1f tok/s\n",
-              double(per_token) / 1048576.0, gbs, roofline);
+  std::printf("roofline   decode reads %.1f MiB/token; read bandwidth %.1f GB/s (%s, %.0f MiB, %d threads) -> %.1f "
+              "tok/s",
+              double(per_token) / 1048576.0, gbs, bw.loop, bw.buffer_mib, cp.n_threads, roofline);
+  if (!tg.empty()) std::printf("; decode at %.0f %% of it", 100.0 * sg.mean / roofline);
+  std::printf("\n");
   return kExitOk;
 }
 

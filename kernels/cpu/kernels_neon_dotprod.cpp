@@ -15,14 +15,29 @@ namespace {
 
 struct NeonDotprod {
   static constexpr int kRows = 2, kTokens = 4;
+  using W = int8x16x2_t;
+  using L = int32x4x2_t;
+  using A = float32x4x2_t;
+  struct D {
+    float d, m;
+  };
+  using XS = float32x4x2_t;
+  using S = float32x4x2_t;
+  using M = float;
   static float f16(const uint8_t* p) {
     __fp16 h;
     std::memcpy(&h, p, 2);
     return float(h);
   }
-  using W = int8x16x2_t;
-  using L = int32x4x2_t;
-  using A = float32x4x2_t;
+  static XS xscale(const BlockQ8x& x) { return XS{{vdupq_n_f32(x.d[0]), vdupq_n_f32(x.d[1])}}; }
+  template <DType T>
+  static D load_scales(const uint8_t* blk) {
+    return {f16(blk), T == DType::Q4_1 ? f16(blk + 2) : 0.0f};
+  }
+  static S scale(const D& dm, const XS& xs) { return S{{vmulq_n_f32(xs.val[0], dm.d), vmulq_n_f32(xs.val[1], dm.d)}}; }
+  static M mzero() { return 0.0f; }
+  static M fma_min(const D& dm, float s, M acc) { return std::fma(dm.m, s, acc); }
+  static float mvalue(M m) { return m; }
   template <DType T>
   static W load_w(const uint8_t* blk) {
     W w;
@@ -49,9 +64,9 @@ struct NeonDotprod {
     return l;
   }
   static A zero() { return A{{vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}}; }
-  static A fma(A acc, float s0, float s1, const L& l) {
-    acc.val[0] = vfmaq_f32(acc.val[0], vcvtq_f32_s32(l.val[0]), vdupq_n_f32(s0));
-    acc.val[1] = vfmaq_f32(acc.val[1], vcvtq_f32_s32(l.val[1]), vdupq_n_f32(s1));
+  static A fma(A acc, const S& s, const L& l) {
+    acc.val[0] = vfmaq_f32(acc.val[0], vcvtq_f32_s32(l.val[0]), s.val[0]);
+    acc.val[1] = vfmaq_f32(acc.val[1], vcvtq_f32_s32(l.val[1]), s.val[1]);
     return acc;
   }
   static float hsum(const A& a) {

@@ -21,22 +21,31 @@ namespace {
 #endif
 struct PKV_Q8_AVX2_POLICY {
   static constexpr int kRows = 2, kTokens = 4;
-  static float f16(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-  }
   using W = __m256i;
   using L = __m256i;
   using A = __m256;
+  using D = __m128;   // [d_w, m_w, 0, 0]
+  using XS = __m256;  // [d_x0 x4, d_x1 x4]
+  using S = __m256;
+  using M = __m128;   // lane 0
+  static XS xscale(const BlockQ8x& x) { return _mm256_set_m128(_mm_set1_ps(x.d[1]), _mm_set1_ps(x.d[0])); }
+  template <DType T>
+  static D load_scales(const uint8_t* blk) {
+    uint32_t u = 0;
+    std::memcpy(&u, blk, T == DType::Q4_1 ? 4 : 2);  // f16 d (and f16 m), converted exactly by F16C
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(int(u)));
+  }
+  static S scale(D dm, XS xs) { return _mm256_mul_ps(_mm256_broadcastss_ps(dm), xs); }
+  static M mzero() { return _mm_setzero_ps(); }
+  static M fma_min(D dm, float s, M acc) { return _mm_fmadd_ss(_mm_movehdup_ps(dm), _mm_set_ss(s), acc); }
+  static float mvalue(M m) { return _mm_cvtss_f32(m); }
   template <DType T>
   static W load_w(const uint8_t* blk) {
     if constexpr (T == DType::Q8_0) {
       return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
     } else {
       const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == DType::Q4_1 ? 4 : 2)));
-      const __m128i m = _mm_set1_epi8(0x0f);
-      const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+      const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0f));
       if constexpr (T == DType::Q4_0) return _mm256_sub_epi8(w, _mm256_set1_epi8(8));
       return w;
     }
@@ -55,9 +64,7 @@ struct PKV_Q8_AVX2_POLICY {
 #endif
   }
   static A zero() { return _mm256_setzero_ps(); }
-  static A fma(A acc, float s0, float s1, L l) {
-    return _mm256_fmadd_ps(_mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)), _mm256_cvtepi32_ps(l), acc);
-  }
+  static A fma(A acc, S s, L l) { return _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(l), acc); }
   static float hsum(A v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
     __m128 s = _mm_add_ps(lo, hi);

@@ -1,12 +1,13 @@
 // The q8 matmul mode's kernels (cpu_kernels.h KernelTable::quantize_q8 / matmul_q8_rows),
 // written once over an instruction-set policy P and instantiated per instruction set. P gives:
-//   f16(p)   the f16 at p as float (exact: every policy gives the same value)
-//   W        a weight block unpacked to 32 signed (Q4_0, Q8_0) or unsigned 0..15 (Q4_1) bytes
-//   load_w<T>(row, b)      block b of a weight row
+//   W load_w<T>(blk)       a weight block unpacked to 32 signed (Q4_0, Q8_0) or 0..15 (Q4_1) bytes
+//   D load_scales<T>(blk)  its f16 scale d_w (and Q4_1's minimum m_w), converted exactly
+//   XS xscale(x)           a token block's two half-block scales
+//   S scale(D, XS)         the lane scales: d_w * d_x[0] for lanes 0..3, d_w * d_x[1] for 4..7
 //   L lanes<T>(W, q)       8 int32 lane sums of products, lane j = elements 4j..4j+3 (exact)
-//   A zero(), A fma(A, float s0, float s1, L) = lane-wise fused s * float(lane) + acc with s = s0
-//     for lanes 0..3 and s1 for lanes 4..7 (the two half-block scales), float hsum(A)
-//     in dot()'s order ((0+4)+(2+6)) + ((1+5)+(3+7)).
+//   A zero(), A fma(A, S, L) = lane-wise fused scale * float(lane) + acc, float hsum(A) in
+//     dot()'s order ((0+4)+(2+6)) + ((1+5)+(3+7))
+//   M mzero(), M fma_min(D, s, M) = fused m_w * s + acc (Q4_1), float mvalue(M)
 // Included only by the per-ISA translation units.
 #pragma once
 
@@ -57,35 +58,41 @@ constexpr int block_bytes() {
   return T == DType::Q8_0 ? 34 : T == DType::Q4_0 ? 18 : 20;
 }
 
-// NR rows x NT tokens.
+// NR rows x NT tokens. Per block: each token's x scales are prepared once (P::xscale), each
+// row's block once (P::load_w, P::load_scales), then NR x NT lane products.
 template <class P, DType T, int NR, int NT>
 inline void tile(const MatmulArgs& a, int r0, int t0) {
   const int nb = a.k / 32;
   typename P::A acc[NR][NT];
-  float accm[NR][NT];
+  typename P::M accm[NR][NT];
   for (int r = 0; r < NR; ++r)
     for (int t = 0; t < NT; ++t) {
       acc[r][t] = P::zero();
-      accm[r][t] = 0.0f;
+      accm[r][t] = P::mzero();
     }
   const uint8_t* rows[NR];
   for (int r = 0; r < NR; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
   for (int b = 0; b < nb; ++b) {
+    typename P::XS xs[NT];
+    const BlockQ8x* xb[NT];
+    for (int t = 0; t < NT; ++t) {
+      xb[t] = a.xq + size_t(t0 + t) * nb + b;
+      xs[t] = P::xscale(*xb[t]);
+    }
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = rows[r] + size_t(b) * block_bytes<T>();
       const typename P::W w = P::template load_w<T>(blk);
-      const float dw = P::f16(blk);
+      const typename P::D dm = P::template load_scales<T>(blk);  // d_w (and Q4_1's m_w)
       for (int t = 0; t < NT; ++t) {
-        const BlockQ8x& xb = a.xq[size_t(t0 + t) * nb + b];
-        acc[r][t] = P::fma(acc[r][t], dw * xb.d[0], dw * xb.d[1], P::template lanes<T>(w, xb.q));
-        if constexpr (T == DType::Q4_1) accm[r][t] = std::fma(P::f16(blk + 2), xb.s, accm[r][t]);
+        acc[r][t] = P::fma(acc[r][t], P::scale(dm, xs[t]), P::template lanes<T>(w, xb[t]->q));
+        if constexpr (T == DType::Q4_1) accm[r][t] = P::fma_min(dm, xb[t]->s, accm[r][t]);
       }
     }
   }
   for (int r = 0; r < NR; ++r)
     for (int t = 0; t < NT; ++t) {
       float y = P::hsum(acc[r][t]);
-      if constexpr (T == DType::Q4_1) y = y + accm[r][t];
+      if constexpr (T == DType::Q4_1) y = y + P::mvalue(accm[r][t]);
       a.y[size_t(t0 + t) * a.ldy + r0 + r] = y;
     }
 }
@@ -123,7 +130,6 @@ void matmul_rows(const MatmulArgs& a, int row_begin, int row_end) {
 // The portable policy: plain C++ with std::fma, the ground every other policy must equal.
 struct Portable {
   static constexpr int kRows = 2, kTokens = 4;
-  static float f16(const uint8_t* p) { return q8::f16(p); }
   struct W {
     int8_t v[32];
   };
@@ -133,6 +139,25 @@ struct Portable {
   struct A {
     float v[8];
   };
+  struct D {
+    float d, m;
+  };
+  struct XS {
+    float d0, d1;
+  };
+  struct S {
+    float s0, s1;
+  };
+  using M = float;
+  static XS xscale(const BlockQ8x& x) { return {x.d[0], x.d[1]}; }
+  template <DType T>
+  static D load_scales(const uint8_t* blk) {
+    return {f16(blk), T == DType::Q4_1 ? f16(blk + 2) : 0.0f};
+  }
+  static S scale(const D& dm, const XS& xs) { return {dm.d * xs.d0, dm.d * xs.d1}; }
+  static M mzero() { return 0.0f; }
+  static M fma_min(const D& dm, float s, M acc) { return std::fma(dm.m, s, acc); }
+  static float mvalue(M m) { return m; }
   template <DType T>
   static W load_w(const uint8_t* blk) {
     W w;
@@ -159,8 +184,8 @@ struct Portable {
     return l;
   }
   static A zero() { return A{{0, 0, 0, 0, 0, 0, 0, 0}}; }
-  static A fma(A acc, float s0, float s1, const L& l) {
-    for (int j = 0; j < 8; ++j) acc.v[j] = std::fma(j < 4 ? s0 : s1, float(l.v[j]), acc.v[j]);
+  static A fma(A acc, const S& s, const L& l) {
+    for (int j = 0; j < 8; ++j) acc.v[j] = std::fma(j < 4 ? s.s0 : s.s1, float(l.v[j]), acc.v[j]);
     return acc;
   }
   static float hsum(const A& a) { return ((a.v[0] + a.v[4]) + (a.v[2] + a.v[6])) + ((a.v[1] + a.v[5]) + (a.v[3] + a.v[7])); }

@@ -118,6 +118,8 @@ class Runner:
         """Returns (status, detail): status is 'ok', 'FAIL' or 'skip'."""
         if "model" in c.get("needs", []) and not self.a.model:
             return "skip", "needs the real model (--model / PHASEKV_TEST_MODEL is empty)"
+        if "no_cuda_device" in c.get("needs", []) and os.path.exists("/dev/nvidiactl"):
+            return "skip", "needs a machine without a CUDA device (this one has /dev/nvidiactl)"
         case_dir = os.path.join(self.root, c["id"])
         os.makedirs(case_dir, exist_ok=True)
         env = {"data": os.path.abspath(self.a.data), "tmp": self.root, "case": case_dir,

@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
       {"all:compressed:W=8,S=4,L=64,gate=uniform"},
       {"0-9:full", "10-19:sliding:L=100", "20-29:compressed:W=8,S=8,L=16,rope=entry,gate=planted:K=2,V=5"},
   };
-  for (const std::vector<std::string>& specs : memories) {
+  for (const std::vector<std::string>& specs : memories)
+  for (const char* kernels : {"reference", "q8"}) {
     ImportOptions o;
     o.kv_specs = specs;
     std::string kv;
@@ -123,6 +124,8 @@ int main(int argc, char** argv) {
     p.n_ctx = 1024 + 256;
     p.n_batch = 256;
     p.n_threads = 2;
+    p.kernels = kernels;
+    p.snapshot_slots = 1;
     std::unique_ptr<Context> ctx;
     s = Context::create(*model, p, &ctx);
     if (!s.ok()) {
@@ -138,12 +141,17 @@ int main(int argc, char** argv) {
       st = ctx->decode(prompt[size_t(i)]);
       if (st.ok() && i == 100) st = ctx->snapshot(snap.data(), snap.size(), &written);
       if (st.ok() && i == 100) st = ctx->restore(snap.data(), written);
+      if (st.ok() && i == 150) st = ctx->save_slot(0);
+      if (st.ok() && i == 151) st = ctx->load_slot(0);
+      ScoreResult sc;
+      if (st.ok() && i % 50 == 0) st = ctx->score(prompt[0], &sc);
     }
     g_armed = false;
     const long calls = g_calls.load();
-    const bool ok = st.ok() && calls == 0 && ctx->n_past() == 1280;
-    std::printf("%s %s: 1024-token prefill + 256 decode steps + snapshot/restore, 2 threads: %ld allocator calls\n",
-                ok ? "ok  " : "FAIL", kv.c_str(), calls);
+    const bool ok = st.ok() && calls == 0 && ctx->n_past() == 1279;
+    std::printf("%s %s, %s kernels: 1024-token prefill + 256 decode steps + snapshot/restore + slot + scores, 2 "
+                "threads: %ld allocator calls\n",
+                ok ? "ok  " : "FAIL", kv.c_str(), kernels, calls);
     if (!st.ok()) std::printf("     %s\n", st.to_string().c_str());
     failures += ok ? 0 : 1;
     ++checks;
