@@ -222,6 +222,7 @@ struct AttentionJob {
   const AttentionArgs* a;
   float* scratch;
   size_t scratch_stride;
+  int splits;  // query heads of a GQA group split into this many tasks (decode: more tasks than KV heads)
 };
 
 // One (token, KV head): the query heads sharing that KV head (GQA group) are scored together,
@@ -232,8 +233,13 @@ struct AttentionJob {
 void attention_task(void* ctx, int task, int thread) {
   AttentionJob& j = *static_cast<AttentionJob*>(ctx);
   const AttentionArgs& a = *j.a;
+  const int part = task % j.splits;
+  task /= j.splits;
   const int t = task / a.n_kv_heads, kvh = task % a.n_kv_heads;
-  const int group = a.n_heads / a.n_kv_heads;
+  const int full_group = a.n_heads / a.n_kv_heads;
+  // This task's query heads of the group: [g_lo, g_lo + group).
+  const int g_lo = full_group * part / j.splits;
+  const int group = full_group * (part + 1) / j.splits - g_lo;
   const int hd = a.head_dim;
   const size_t q_stride = size_t(a.n_heads) * hd, kv_stride = size_t(a.n_kv_heads) * hd;
   const size_t kv_off = size_t(kvh) * hd;
@@ -251,7 +257,7 @@ void attention_task(void* ctx, int task, int thread) {
   };
   // scores[g * n_keys + i] for query head h0 + g.
   float* scores = j.scratch + size_t(thread) * j.scratch_stride;
-  const int h0 = kvh * group;
+  const int h0 = kvh * full_group + g_lo;
   const float* q = a.q + size_t(t) * q_stride + size_t(h0) * hd;
   float* out = a.out + size_t(t) * q_stride + size_t(h0) * hd;
   for (int i = 0; i < group * hd; ++i) out[i] = 0.0f;
@@ -365,8 +371,13 @@ void compress_task(void* ctx, int task, int /*thread*/) {
 }  // namespace
 
 void CpuBackend::attention(const AttentionArgs& a) {
-  AttentionJob j{&k_, &a, scratch_, scratch_stride_};
-  pool_.run(a.n_tokens * a.n_kv_heads, attention_task, &j);
+  // Decode has only n_kv_heads (token, KV head) tasks: split each GQA group into single query
+  // heads when that is too few to keep every thread busy. Per query head the arithmetic is the
+  // same either way (see attention_task), so the split changes no bit.
+  const int group = a.n_heads / a.n_kv_heads;
+  const int splits = a.n_tokens * a.n_kv_heads < 2 * pool_.size() ? group : 1;
+  AttentionJob j{&k_, &a, scratch_, scratch_stride_, splits};
+  pool_.run(a.n_tokens * a.n_kv_heads * splits, attention_task, &j);
 }
 
 void CpuBackend::compress(const CompressArgs& a) {

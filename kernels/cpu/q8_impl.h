@@ -53,6 +53,14 @@ inline void quantize_portable(const float* x, BlockQ8x* out, int k) {
   }
 }
 
+// Software prefetch distance (bytes ahead in each weight row). Decode streams ~92 MiB per token
+// through short rows (360-960 bytes) split into thread tasks; the hardware prefetcher alone
+// left the kernel waiting on memory (SmolLM2 decode, 2 threads: 88 tok/s without, 135-157 with
+// 2-4 KiB; docs/PERFORMANCE.md). A prefetch changes no result.
+#ifndef PKV_Q8_PREFETCH
+#define PKV_Q8_PREFETCH 4096
+#endif
+
 template <DType T>
 constexpr int block_bytes() {
   return T == DType::Q8_0 ? 34 : T == DType::Q4_0 ? 18 : 20;
@@ -81,6 +89,7 @@ inline void tile(const MatmulArgs& a, int r0, int t0) {
     }
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = rows[r] + size_t(b) * block_bytes<T>();
+      __builtin_prefetch(blk + PKV_Q8_PREFETCH);
       const typename P::W w = P::template load_w<T>(blk);
       const typename P::D dm = P::template load_scales<T>(blk);  // d_w (and Q4_1's m_w)
       for (int t = 0; t < NT; ++t) {
