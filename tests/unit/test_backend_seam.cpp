@@ -57,7 +57,7 @@ class CopiedWeights final : public WeightMapping {
 // A GPU-shaped backend over the CPU kernels.
 class StagingBackend final : public Backend {
  public:
-  explicit StagingBackend(std::vector<Allocation>* log) : cpu_(2), log_(log) {}
+  explicit StagingBackend(std::vector<Allocation>* log) : cpu_(1), log_(log) {}
   int fail_after = -1;   // synchronize() calls that succeed before one fails (-1: never)
   bool refuse_matmul = false;
   int map_calls = 0;
@@ -170,7 +170,7 @@ ContextParams params(uint32_t n_ctx, uint32_t n_batch) {
   ContextParams p;
   p.n_ctx = n_ctx;
   p.n_batch = n_batch;
-  p.n_threads = 2;
+  p.n_threads = 1;  // also under qemu, where spinning worker threads crawl
   p.snapshot_slots = 2;
   return p;
 }
