@@ -261,7 +261,7 @@ std::pair<double, double> check_q8_model(const Model& m, const std::vector<int32
 
 }  // namespace
 
-TEST_CASE("q8 mode on tiny.gguf: deterministic across chunking and threads; close to the reference") {
+TEST_CASE("q8 mode on tiny.gguf: deterministic across chunking and threads, close to the reference") {
   // tiny.gguf: Q4_0, Q4_1, Q8_0, F16, BF16 and F32 weights (the q8 kernels take the first three).
   {
     const std::string pkv = tmp_path("q8_tiny.pkv");
@@ -308,7 +308,7 @@ TEST_CASE("compressed memories: q8 mode on every memory kind keeps F32 weights e
 
 // Accuracy on SmolLM2 (Q4_1): the five reference prompts, logits at every position in q8 mode
 // against the reference mode, and 32 greedy tokens.
-TEST_CASE("q8 mode on SmolLM2: logits within the stated relative L2 of the reference mode; greedy tokens") {
+TEST_CASE("q8 mode on SmolLM2: logits within the stated relative L2 of the reference mode, greedy tokens") {
   const Model* m = smollm2();
   if (!m) {
     MESSAGE("skipped: no SmolLM2 GGUF (configure with -DPHASEKV_TEST_MODEL=PATH)");
