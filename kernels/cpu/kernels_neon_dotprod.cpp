@@ -23,7 +23,7 @@ struct NeonDotprod {
   };
   using XS = float32x4x2_t;
   using S = float32x4x2_t;
-  using M = float;
+  using M = float32x4_t;  // Q4_1's minimum term, a lane per token
   static float f16(const uint8_t* p) {
     __fp16 h;
     std::memcpy(&h, p, 2);
@@ -35,9 +35,14 @@ struct NeonDotprod {
     return {f16(blk), T == DType::Q4_1 ? f16(blk + 2) : 0.0f};
   }
   static S scale(const D& dm, const XS& xs) { return S{{vmulq_n_f32(xs.val[0], dm.d), vmulq_n_f32(xs.val[1], dm.d)}}; }
-  static M mzero() { return 0.0f; }
-  static M fma_min(const D& dm, float s, M acc) { return std::fma(dm.m, s, acc); }
-  static float mvalue(M m) { return m; }
+  static M mzero() { return vdupq_n_f32(0.0f); }
+  static M load_min(const float* s) { return vld1q_f32(s); }
+  static M fma_min(const D& dm, M s, M acc) { return vfmaq_n_f32(acc, s, dm.m); }  // fused, per lane
+  static float mvalue(M m, int t) {
+    float v[4];
+    vst1q_f32(v, m);
+    return v[t];
+  }
   template <DType T>
   static W load_w(const uint8_t* blk) {
     W w;

@@ -27,7 +27,7 @@ struct PKV_Q8_AVX2_POLICY {
   using D = __m128;   // [d_w, m_w, 0, 0]
   using XS = __m256;  // [d_x0 x4, d_x1 x4]
   using S = __m256;
-  using M = __m128;   // lane 0
+  using M = __m128;   // Q4_1's minimum term, a lane per token
   static XS xscale(const BlockQ8x& x) { return _mm256_set_m128(_mm_set1_ps(x.d[1]), _mm_set1_ps(x.d[0])); }
   template <DType T>
   static D load_scales(const uint8_t* blk) {
@@ -37,8 +37,13 @@ struct PKV_Q8_AVX2_POLICY {
   }
   static S scale(D dm, XS xs) { return _mm256_mul_ps(_mm256_broadcastss_ps(dm), xs); }
   static M mzero() { return _mm_setzero_ps(); }
-  static M fma_min(D dm, float s, M acc) { return _mm_fmadd_ss(_mm_movehdup_ps(dm), _mm_set_ss(s), acc); }
-  static float mvalue(M m) { return _mm_cvtss_f32(m); }
+  static M load_min(const float* s) { return _mm_loadu_ps(s); }
+  static M fma_min(D dm, M s, M acc) { return _mm_fmadd_ps(_mm_shuffle_ps(dm, dm, 0x55), s, acc); }
+  static float mvalue(M m, int t) {
+    alignas(16) float v[4];
+    _mm_store_ps(v, m);
+    return v[t];
+  }
   template <DType T>
   static W load_w(const uint8_t* blk) {
     if constexpr (T == DType::Q8_0) {

@@ -7,7 +7,9 @@
 //   L lanes<T>(W, q)       8 int32 lane sums of products, lane j = elements 4j..4j+3 (exact)
 //   A zero(), A fma(A, S, L) = lane-wise fused scale * float(lane) + acc, float hsum(A) in
 //     dot()'s order ((0+4)+(2+6)) + ((1+5)+(3+7))
-//   M mzero(), M fma_min(D, s, M) = fused m_w * s + acc (Q4_1), float mvalue(M)
+//   M mzero(), M load_min(const float s[4]) (up to 4 tokens' block sums), M fma_min(D, M, M) =
+//     lane-wise fused m_w * s_t + acc_t (Q4_1's minimum term, one lane per token), float
+//     mvalue(M, t); MinLanes (below) is the plain C++ version
 // Included only by the per-ISA translation units.
 #pragma once
 
@@ -68,62 +70,85 @@ constexpr int block_bytes() {
 
 // NR rows x NT tokens. Per block: each token's x scales are prepared once (P::xscale), each
 // row's block once (P::load_w, P::load_scales), then NR x NT lane products.
+// NR rows x NT tokens (NT <= 4). Per block: each token's x scales are prepared once (P::xscale)
+// and Q4_1's token block sums gathered into one vector (a lane per token), each row's block
+// once (P::load_w, P::load_scales), then NR x NT lane products and NR minimum-term FMAs. Per
+// output the sequence is the same for every tile shape, so decode (4 x 1) and prefill (P::kRows
+// x P::kTokens, with 1-token and 1-row tails) agree bit for bit.
 template <class P, DType T, int NR, int NT>
 inline void tile(const MatmulArgs& a, int r0, int t0) {
+  static_assert(NT <= 4, "the minimum term keeps one lane per token, four lanes");
   const int nb = a.k / 32;
   typename P::A acc[NR][NT];
-  typename P::M accm[NR][NT];
-  for (int r = 0; r < NR; ++r)
-    for (int t = 0; t < NT; ++t) {
-      acc[r][t] = P::zero();
-      accm[r][t] = P::mzero();
-    }
+  typename P::M accm[NR];  // Q4_1: lane t = token t's sum over blocks of m_w * s_x
+  for (int r = 0; r < NR; ++r) {
+    for (int t = 0; t < NT; ++t) acc[r][t] = P::zero();
+    accm[r] = P::mzero();
+  }
   const uint8_t* rows[NR];
   for (int r = 0; r < NR; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
   for (int b = 0; b < nb; ++b) {
     typename P::XS xs[NT];
     const BlockQ8x* xb[NT];
+    float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int t = 0; t < NT; ++t) {
       xb[t] = a.xq + size_t(t0 + t) * nb + b;
       xs[t] = P::xscale(*xb[t]);
+      sums[t] = xb[t]->s;
     }
+    typename P::M s4 = P::mzero();
+    if constexpr (T == DType::Q4_1) s4 = P::load_min(sums);
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = rows[r] + size_t(b) * block_bytes<T>();
       __builtin_prefetch(blk + PKV_Q8_PREFETCH);
       const typename P::W w = P::template load_w<T>(blk);
       const typename P::D dm = P::template load_scales<T>(blk);  // d_w (and Q4_1's m_w)
-      for (int t = 0; t < NT; ++t) {
+      if constexpr (T == DType::Q4_1) accm[r] = P::fma_min(dm, s4, accm[r]);
+      for (int t = 0; t < NT; ++t)
         acc[r][t] = P::fma(acc[r][t], P::scale(dm, xs[t]), P::template lanes<T>(w, xb[t]->q));
-        if constexpr (T == DType::Q4_1) accm[r][t] = P::fma_min(dm, xb[t]->s, accm[r][t]);
-      }
     }
   }
   for (int r = 0; r < NR; ++r)
     for (int t = 0; t < NT; ++t) {
       float y = P::hsum(acc[r][t]);
-      if constexpr (T == DType::Q4_1) y = y + P::mvalue(accm[r][t]);
+      if constexpr (T == DType::Q4_1) y = y + P::mvalue(accm[r], t);
       a.y[size_t(t0 + t) * a.ldy + r0 + r] = y;
     }
 }
 
+// Tokens [t0, t1) against NR rows from r0.
 template <class P, DType T, int NR>
-inline void tile_rows(const MatmulArgs& a, int r0) {
+inline void tile_rows(const MatmulArgs& a, int r0, int t0, int t1) {
   constexpr int NT = P::kTokens;
-  int t = 0;
-  for (; t + NT <= a.n_tok; t += NT) tile<P, T, NR, NT>(a, r0, t);
-  for (; t < a.n_tok; ++t) tile<P, T, NR, 1>(a, r0, t);
+  int t = t0;
+  for (; t + NT <= t1; t += NT) tile<P, T, NR, NT>(a, r0, t);
+  for (; t < t1; ++t) tile<P, T, NR, 1>(a, r0, t);
 }
+
+// Prefill walks the tokens in blocks of this many, and each block past every row of the task:
+// a block of quantized X (16 x 44 bytes per 32 inputs: 12-33 KiB for SmolLM2's k = 576..1536)
+// stays in L1 while the task's rows stream through, instead of all of X (0.4-1.1 MiB at 512
+// tokens) streaming from L2/L3 once per row pair. The order of operations per output is that
+// of tile(), whatever the blocking.
+#ifndef PKV_Q8_TOKEN_BLOCK
+#define PKV_Q8_TOKEN_BLOCK 16
+#endif
 
 template <class P, DType T>
 void rows(const MatmulArgs& a, int row_begin, int row_end) {
   // Decode (one token) takes 4 rows at a time; prefill P::kRows rows x P::kTokens tokens.
-  int r = row_begin;
   if (a.n_tok == 1) {
+    int r = row_begin;
     for (; r + 4 <= row_end; r += 4) tile<P, T, 4, 1>(a, r, 0);
-  } else {
-    for (; r + P::kRows <= row_end; r += P::kRows) tile_rows<P, T, P::kRows>(a, r);
+    for (; r < row_end; ++r) tile<P, T, 1, 1>(a, r, 0);
+    return;
   }
-  for (; r < row_end; ++r) tile_rows<P, T, 1>(a, r);
+  for (int t0 = 0; t0 < a.n_tok; t0 += PKV_Q8_TOKEN_BLOCK) {
+    const int t1 = std::min(a.n_tok, t0 + PKV_Q8_TOKEN_BLOCK);
+    int r = row_begin;
+    for (; r + P::kRows <= row_end; r += P::kRows) tile_rows<P, T, P::kRows>(a, r, t0, t1);
+    for (; r < row_end; ++r) tile_rows<P, T, 1>(a, r, t0, t1);
+  }
 }
 
 template <class P>
@@ -135,6 +160,18 @@ void matmul_rows(const MatmulArgs& a, int row_begin, int row_end) {
     default: PKV_ASSERT(!"matmul_q8_rows: a weight type without q8 kernels (q8_supported)");
   }
 }
+
+// Q4_1's minimum term for up to four tokens in plain C++: lane t = fused m_w * s_t + acc_t.
+struct MinLanes {
+  float v[4];
+  static MinLanes zero() { return MinLanes{{0.0f, 0.0f, 0.0f, 0.0f}}; }
+  static MinLanes load(const float* s) { return MinLanes{{s[0], s[1], s[2], s[3]}}; }
+  static MinLanes fma(float m, const MinLanes& s, const MinLanes& acc) {
+    MinLanes r;
+    for (int t = 0; t < 4; ++t) r.v[t] = std::fma(m, s.v[t], acc.v[t]);
+    return r;
+  }
+};
 
 // The portable policy: plain C++ with std::fma, the ground every other policy must equal.
 struct Portable {
@@ -157,16 +194,17 @@ struct Portable {
   struct S {
     float s0, s1;
   };
-  using M = float;
+  using M = MinLanes;
   static XS xscale(const BlockQ8x& x) { return {x.d[0], x.d[1]}; }
   template <DType T>
   static D load_scales(const uint8_t* blk) {
     return {f16(blk), T == DType::Q4_1 ? f16(blk + 2) : 0.0f};
   }
   static S scale(const D& dm, const XS& xs) { return {dm.d * xs.d0, dm.d * xs.d1}; }
-  static M mzero() { return 0.0f; }
-  static M fma_min(const D& dm, float s, M acc) { return std::fma(dm.m, s, acc); }
-  static float mvalue(M m) { return m; }
+  static M mzero() { return MinLanes::zero(); }
+  static M load_min(const float* s) { return MinLanes::load(s); }
+  static M fma_min(const D& dm, const M& s, const M& acc) { return MinLanes::fma(dm.m, s, acc); }
+  static float mvalue(const M& m, int t) { return m.v[t]; }
   template <DType T>
   static W load_w(const uint8_t* blk) {
     W w;

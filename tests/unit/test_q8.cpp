@@ -107,7 +107,7 @@ TEST_CASE("q8: every instruction set's quantizer and products equal the portable
   }());
   const int k = 576, rows = 13;
   for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
-    for (int n : {1, 2, 3, 5, 8}) {
+    for (int n : {1, 2, 3, 5, 8, 21, 37}) {  // 21, 37: past the prefill's 16-token blocks, with tails
       size_t rb = 0;
       const std::vector<uint8_t> w = weights(dt, rows, k, rng, &rb);
       const std::vector<float> x = activations(n, k, rng);
@@ -117,6 +117,16 @@ TEST_CASE("q8: every instruction set's quantizer and products equal the portable
       cpu::MatmulArgs a{dt, w.data(), rb, x.data(), y_ref.data(), k, n, rows};
       a.xq = xq_ref.data();
       ref.matmul_q8_rows(a, 0, rows);
+      for (int t = 0; t < n; ++t) {  // each token alone (decode's 4 x 1 tiles) gives its column's bits
+        std::vector<float> y1(rows);
+        cpu::MatmulArgs one{dt, w.data(), rb, x.data() + size_t(t) * k, y1.data(), k, 1, rows};
+        one.xq = xq_ref.data() + size_t(t) * (k / 32);
+        ref.matmul_q8_rows(one, 0, rows);
+        size_t diff = 0;
+        for (int r = 0; r < rows; ++r) diff += bits(y1[size_t(r)]) != bits(y_ref[size_t(t) * rows + size_t(r)]);
+        INFO(dtype_name(dt) << " n=" << n << " token " << t);
+        CHECK(diff == 0);
+      }
       for (const cpu::KernelTable* t : ts) {
         std::vector<BlockQ8x> xq(xq_ref.size());
         for (int i = 0; i < n; ++i) t->quantize_q8(x.data() + size_t(i) * k, xq.data() + size_t(i) * (k / 32), k);
