@@ -171,7 +171,10 @@ void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const 
   int total_rows = 0;
   for (int m = 0; m < n_mats; ++m) total_rows += w[m].rows;
   // Enough blocks to balance the threads; multiples of 4 rows (the kernel's row tile).
-  int block = total_rows / (pool_.size() * 8);
+#ifndef PKV_MATMUL_TASKS_PER_THREAD
+#define PKV_MATMUL_TASKS_PER_THREAD 8
+#endif
+  int block = total_rows / (pool_.size() * PKV_MATMUL_TASKS_PER_THREAD);
   block = std::max(4, (block + 3) & ~3);
   j.row_block = block;
   int tasks = 0;

@@ -38,6 +38,9 @@ struct NeonDotprod {
   static M mzero() { return vdupq_n_f32(0.0f); }
   static M load_min(const float* s) { return vld1q_f32(s); }
   static M fma_min(const D& dm, M s, M acc) { return vfmaq_n_f32(acc, s, dm.m); }  // fused, per lane
+  static M load_min1(float s) { return vsetq_lane_f32(s, vdupq_n_f32(0.0f), 0); }
+  static M fma_min1(const D& dm, M s, M acc) { return vfmaq_n_f32(acc, s, dm.m); }
+  static float mvalue1(M m) { return vgetq_lane_f32(m, 0); }
   static float mvalue(M m, int t) {
     float v[4];
     vst1q_f32(v, m);

@@ -28,7 +28,11 @@ struct PKV_Q8_AVX2_POLICY {
   using XS = __m256;  // [d_x0 x4, d_x1 x4]
   using S = __m256;
   using M = __m128;   // Q4_1's minimum term, a lane per token
-  static XS xscale(const BlockQ8x& x) { return _mm256_set_m128(_mm_set1_ps(x.d[1]), _mm_set1_ps(x.d[0])); }
+  // Two broadcast loads and a blend: no shuffle-port (port 5) instruction, which the decode
+  // kernel's other conversions already keep busy.
+  static XS xscale(const BlockQ8x& x) {
+    return _mm256_blend_ps(_mm256_broadcast_ss(&x.d[0]), _mm256_broadcast_ss(&x.d[1]), 0xf0);
+  }
   template <DType T>
   static D load_scales(const uint8_t* blk) {
     uint32_t u = 0;
@@ -39,6 +43,11 @@ struct PKV_Q8_AVX2_POLICY {
   static M mzero() { return _mm_setzero_ps(); }
   static M load_min(const float* s) { return _mm_loadu_ps(s); }
   static M fma_min(D dm, M s, M acc) { return _mm_fmadd_ps(_mm_shuffle_ps(dm, dm, 0x55), s, acc); }
+  // One token: D is [d_w, m_w, 0, 0], so with s in lane 1 the FMA needs no broadcast of m_w;
+  // lane 1 = fused m_w * s + acc (lane 0's d_w * 0 is never read).
+  static M load_min1(float s) { return _mm_set_ps(0.0f, 0.0f, s, 0.0f); }
+  static M fma_min1(D dm, M s, M acc) { return _mm_fmadd_ps(dm, s, acc); }
+  static float mvalue1(M m) { return _mm_cvtss_f32(_mm_movehdup_ps(m)); }
   static float mvalue(M m, int t) {
     alignas(16) float v[4];
     _mm_store_ps(v, m);
@@ -49,8 +58,11 @@ struct PKV_Q8_AVX2_POLICY {
     if constexpr (T == DType::Q8_0) {
       return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
     } else {
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == DType::Q4_1 ? 4 : 2)));
-      const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0f));
+      // The 16 packed bytes in both halves (a broadcast load), the high half shifted by 4: low
+      // nibbles are elements 0..15, high nibbles 16..31.
+      const __m256i b = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == DType::Q4_1 ? 4 : 2))));
+      const __m256i w = _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
       if constexpr (T == DType::Q4_0) return _mm256_sub_epi8(w, _mm256_set1_epi8(8));
       return w;
     }

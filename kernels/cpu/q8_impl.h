@@ -9,7 +9,9 @@
 //     dot()'s order ((0+4)+(2+6)) + ((1+5)+(3+7))
 //   M mzero(), M load_min(const float s[4]) (up to 4 tokens' block sums), M fma_min(D, M, M) =
 //     lane-wise fused m_w * s_t + acc_t (Q4_1's minimum term, one lane per token), float
-//     mvalue(M, t); MinLanes (below) is the plain C++ version
+//     mvalue(M, t); MinLanes (below) is the plain C++ version. For one token (decode):
+//     M load_min1(s), M fma_min1(D, M, M), float mvalue1(M), the same fused m_w * s + acc in
+//     whichever lane suits the instruction set
 // Included only by the per-ISA translation units.
 #pragma once
 
@@ -97,13 +99,13 @@ inline void tile(const MatmulArgs& a, int r0, int t0) {
       sums[t] = xb[t]->s;
     }
     typename P::M s4 = P::mzero();
-    if constexpr (T == DType::Q4_1) s4 = P::load_min(sums);
+    if constexpr (T == DType::Q4_1) s4 = NT == 1 ? P::load_min1(sums[0]) : P::load_min(sums);
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = rows[r] + size_t(b) * block_bytes<T>();
       __builtin_prefetch(blk + PKV_Q8_PREFETCH);
       const typename P::W w = P::template load_w<T>(blk);
       const typename P::D dm = P::template load_scales<T>(blk);  // d_w (and Q4_1's m_w)
-      if constexpr (T == DType::Q4_1) accm[r] = P::fma_min(dm, s4, accm[r]);
+      if constexpr (T == DType::Q4_1) accm[r] = NT == 1 ? P::fma_min1(dm, s4, accm[r]) : P::fma_min(dm, s4, accm[r]);
       for (int t = 0; t < NT; ++t)
         acc[r][t] = P::fma(acc[r][t], P::scale(dm, xs[t]), P::template lanes<T>(w, xb[t]->q));
     }
@@ -111,7 +113,7 @@ inline void tile(const MatmulArgs& a, int r0, int t0) {
   for (int r = 0; r < NR; ++r)
     for (int t = 0; t < NT; ++t) {
       float y = P::hsum(acc[r][t]);
-      if constexpr (T == DType::Q4_1) y = y + P::mvalue(accm[r], t);
+      if constexpr (T == DType::Q4_1) y = y + (NT == 1 ? P::mvalue1(accm[r]) : P::mvalue(accm[r], t));
       a.y[size_t(t0 + t) * a.ldy + r0 + r] = y;
     }
 }
@@ -205,6 +207,9 @@ struct Portable {
   static M load_min(const float* s) { return MinLanes::load(s); }
   static M fma_min(const D& dm, const M& s, const M& acc) { return MinLanes::fma(dm.m, s, acc); }
   static float mvalue(const M& m, int t) { return m.v[t]; }
+  static M load_min1(float s) { return MinLanes{{s, 0.0f, 0.0f, 0.0f}}; }
+  static M fma_min1(const D& dm, const M& s, const M& acc) { return MinLanes{{std::fma(dm.m, s.v[0], acc.v[0]), 0, 0, 0}}; }
+  static float mvalue1(const M& m) { return m.v[0]; }
   template <DType T>
   static W load_w(const uint8_t* blk) {
     W w;
