@@ -36,7 +36,12 @@ struct NeonDotprod {
   }
   static S scale(const D& dm, const XS& xs) { return S{{vmulq_n_f32(xs.val[0], dm.d), vmulq_n_f32(xs.val[1], dm.d)}}; }
   static M mzero() { return vdupq_n_f32(0.0f); }
-  static M load_min(const float* s) { return vld1q_f32(s); }
+  static M load_min(float s0, float s1, float s2, float s3) {
+    M m = vdupq_n_f32(s0);
+    m = vsetq_lane_f32(s1, m, 1);
+    m = vsetq_lane_f32(s2, m, 2);
+    return vsetq_lane_f32(s3, m, 3);
+  }
   static M fma_min(const D& dm, M s, M acc) { return vfmaq_n_f32(acc, s, dm.m); }  // fused, per lane
   static M load_min1(float s) { return vsetq_lane_f32(s, vdupq_n_f32(0.0f), 0); }
   static M fma_min1(const D& dm, M s, M acc) { return vfmaq_n_f32(acc, s, dm.m); }

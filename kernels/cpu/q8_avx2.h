@@ -41,7 +41,7 @@ struct PKV_Q8_AVX2_POLICY {
   }
   static S scale(D dm, XS xs) { return _mm256_mul_ps(_mm256_broadcastss_ps(dm), xs); }
   static M mzero() { return _mm_setzero_ps(); }
-  static M load_min(const float* s) { return _mm_loadu_ps(s); }
+  static M load_min(float s0, float s1, float s2, float s3) { return _mm_setr_ps(s0, s1, s2, s3); }
   static M fma_min(D dm, M s, M acc) { return _mm_fmadd_ps(_mm_shuffle_ps(dm, dm, 0x55), s, acc); }
   // One token: D is [d_w, m_w, 0, 0], so with s in lane 1 the FMA needs no broadcast of m_w;
   // lane 1 = fused m_w * s + acc (lane 0's d_w * 0 is never read).

@@ -7,7 +7,8 @@
 //   L lanes<T>(W, q)       8 int32 lane sums of products, lane j = elements 4j..4j+3 (exact)
 //   A zero(), A fma(A, S, L) = lane-wise fused scale * float(lane) + acc, float hsum(A) in
 //     dot()'s order ((0+4)+(2+6)) + ((1+5)+(3+7))
-//   M mzero(), M load_min(const float s[4]) (up to 4 tokens' block sums), M fma_min(D, M, M) =
+//   M mzero(), M load_min(s0, s1, s2, s3) (up to 4 tokens' block sums, built in registers: a
+//     vector load of scalars just stored would stall on store forwarding), M fma_min(D, M, M) =
 //     lane-wise fused m_w * s_t + acc_t (Q4_1's minimum term, one lane per token), float
 //     mvalue(M, t); MinLanes (below) is the plain C++ version. For one token (decode):
 //     M load_min1(s), M fma_min1(D, M, M), float mvalue1(M), the same fused m_w * s + acc in
@@ -91,15 +92,20 @@ inline void tile(const MatmulArgs& a, int r0, int t0) {
   for (int r = 0; r < NR; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
   for (int b = 0; b < nb; ++b) {
     typename P::XS xs[NT];
-    const BlockQ8x* xb[NT];
-    float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const BlockQ8x* xb[4];
     for (int t = 0; t < NT; ++t) {
       xb[t] = a.xq + size_t(t0 + t) * nb + b;
       xs[t] = P::xscale(*xb[t]);
-      sums[t] = xb[t]->s;
     }
     typename P::M s4 = P::mzero();
-    if constexpr (T == DType::Q4_1) s4 = NT == 1 ? P::load_min1(sums[0]) : P::load_min(sums);
+    if constexpr (T == DType::Q4_1) {
+      if constexpr (NT == 1) {
+        s4 = P::load_min1(xb[0]->s);
+      } else {
+        for (int t = NT; t < 4; ++t) xb[t] = xb[0];  // unused lanes
+        s4 = P::load_min(xb[0]->s, xb[1]->s, xb[2]->s, xb[3]->s);
+      }
+    }
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = rows[r] + size_t(b) * block_bytes<T>();
       __builtin_prefetch(blk + PKV_Q8_PREFETCH);
@@ -167,7 +173,7 @@ void matmul_rows(const MatmulArgs& a, int row_begin, int row_end) {
 struct MinLanes {
   float v[4];
   static MinLanes zero() { return MinLanes{{0.0f, 0.0f, 0.0f, 0.0f}}; }
-  static MinLanes load(const float* s) { return MinLanes{{s[0], s[1], s[2], s[3]}}; }
+  static MinLanes load(float s0, float s1, float s2, float s3) { return MinLanes{{s0, s1, s2, s3}}; }
   static MinLanes fma(float m, const MinLanes& s, const MinLanes& acc) {
     MinLanes r;
     for (int t = 0; t < 4; ++t) r.v[t] = std::fma(m, s.v[t], acc.v[t]);
@@ -204,7 +210,7 @@ struct Portable {
   }
   static S scale(const D& dm, const XS& xs) { return {dm.d * xs.d0, dm.d * xs.d1}; }
   static M mzero() { return MinLanes::zero(); }
-  static M load_min(const float* s) { return MinLanes::load(s); }
+  static M load_min(float s0, float s1, float s2, float s3) { return MinLanes::load(s0, s1, s2, s3); }
   static M fma_min(const D& dm, const M& s, const M& acc) { return MinLanes::fma(dm.m, s, acc); }
   static float mvalue(const M& m, int t) { return m.v[t]; }
   static M load_min1(float s) { return MinLanes{{s, 0.0f, 0.0f, 0.0f}}; }
