@@ -6,7 +6,9 @@ namespace phasekv {
 
 namespace {
 const DTypeInfo kInfo[kDTypeCount] = {
-    {"F32", 1, 4}, {"F16", 1, 2}, {"BF16", 1, 2}, {"Q8_0", 32, 34}, {"Q4_0", 32, 18}, {"Q4_1", 32, 20},
+    {"F32", 1, 4},      {"F16", 1, 2},      {"BF16", 1, 2},     {"Q8_0", 32, 34},   {"Q4_0", 32, 18},
+    {"Q4_1", 32, 20},   {"Q5_0", 32, 22},   {"Q5_1", 32, 24},   {"Q2_K", 256, 84},  {"Q3_K", 256, 110},
+    {"Q4_K", 256, 144}, {"Q5_K", 256, 176}, {"Q6_K", 256, 210},
 };
 
 uint32_t f32_bits(float f) {
@@ -20,6 +22,22 @@ float bits_f32(uint32_t u) {
   return f;
 }
 }  // namespace
+
+ScaleFields dtype_scale_fields(DType t) {
+  switch (t) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q5_0: return {0, -1};
+    case DType::Q4_1:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K: return {0, 2};
+    case DType::Q2_K: return {80, 82};
+    case DType::Q3_K: return {108, -1};
+    case DType::Q6_K: return {208, -1};
+    default: return {-1, -1};
+  }
+}
 
 const DTypeInfo* dtype_info(uint8_t raw) { return raw < kDTypeCount ? &kInfo[raw] : nullptr; }
 
@@ -143,6 +161,116 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
         for (int j = 0; j < 16; ++j) {
           dst[k * 32 + j] = d * float(b[k].qs[j] & 0x0f) + m;
           dst[k * 32 + j + 16] = d * float(b[k].qs[j] >> 4) + m;
+        }
+      }
+      return;
+    }
+    case DType::Q5_0:
+    case DType::Q5_1: {
+      const bool m1 = t == DType::Q5_1;
+      const uint8_t* p = static_cast<const uint8_t*>(src);
+      const size_t bb = m1 ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0);
+      for (int64_t k = 0; k < n / 32; ++k, p += bb) {
+        uint16_t dh, mh = 0;
+        std::memcpy(&dh, p, 2);
+        if (m1) std::memcpy(&mh, p + 2, 2);
+        const uint8_t* qhp = p + (m1 ? 4 : 2);
+        const uint8_t* qs = qhp + 4;
+        const uint32_t qh = uint32_t(qhp[0]) | uint32_t(qhp[1]) << 8 | uint32_t(qhp[2]) << 16 | uint32_t(qhp[3]) << 24;
+        const float d = fp16_to_fp32(dh), m = fp16_to_fp32(mh);
+        for (int j = 0; j < 32; ++j) {
+          const int lo = j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
+          const int q = lo | int((qh >> j) & 1u) << 4;
+          dst[k * 32 + j] = m1 ? d * float(q) + m : d * float(q - 16);
+        }
+      }
+      return;
+    }
+    case DType::Q2_K: {
+      // Element 128h + 32s + l (half h, shift 2s, l < 32): bits 2s..2s+1 of qs[32h + l]; its
+      // sub-block (16 elements) is 8h + 2s + l/16, scale d * (sc & 15), minimum dmin * (sc >> 4).
+      const BlockQ2_K* b = static_cast<const BlockQ2_K*>(src);
+      for (int64_t k = 0; k < n / kQK; ++k) {
+        const float d = fp16_to_fp32(b[k].d), dmin = fp16_to_fp32(b[k].dmin);
+        for (int e = 0; e < kQK; ++e) {
+          const int h = e / 128, s = (e / 32) % 4, l = e % 32;
+          const uint8_t sc = b[k].scales[e / 16];
+          const float dl = d * float(sc & 0x0f), ml = dmin * float(sc >> 4);
+          dst[k * kQK + e] = dl * float((b[k].qs[32 * h + l] >> (2 * s)) & 3) - ml;
+        }
+      }
+      return;
+    }
+    case DType::Q3_K: {
+      // Scales: 16 six-bit values stored as 4 low bits (scales[i % 8] >> 4 (i / 8)) and 2 high
+      // bits (scales[8 + i % 4] >> 2 (i / 4)), offset by 32. Element 128h + 32s + l: 2 bits from
+      // qs[32h + l] >> 2s, minus 4 unless bit e / 32 of hmask[l] is set.
+      const BlockQ3_K* b = static_cast<const BlockQ3_K*>(src);
+      for (int64_t k = 0; k < n / kQK; ++k) {
+        const float d = fp16_to_fp32(b[k].d);
+        float dl[16];
+        for (int i = 0; i < 16; ++i) {
+          const int lo = (b[k].scales[i % 8] >> (4 * (i / 8))) & 0x0f;
+          const int hi = (b[k].scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+          dl[i] = d * float((lo | hi << 4) - 32);
+        }
+        for (int e = 0; e < kQK; ++e) {
+          const int h = e / 128, s = (e / 32) % 4, l = e % 32;
+          const int q = ((b[k].qs[32 * h + l] >> (2 * s)) & 3) - (((b[k].hmask[l] >> (e / 32)) & 1) ? 0 : 4);
+          dst[k * kQK + e] = dl[e / 16] * float(q);
+        }
+      }
+      return;
+    }
+    case DType::Q4_K:
+    case DType::Q5_K: {
+      // 8 sub-blocks of 32 with 6-bit scales and minimums (j < 4: low 6 bits of scales[j] and
+      // scales[j + 4]; j >= 4: nibbles of scales[j + 4] with the top 2 bits of scales[j - 4] and
+      // scales[j]). Element 64g + 32i + l: nibble i of qs[32g + l]; Q5_K's fifth bit is bit
+      // e / 32 of qh[l]. x = (d * sc) * q - dmin * m.
+      const bool five = t == DType::Q5_K;
+      const uint8_t* p = static_cast<const uint8_t*>(src);
+      const size_t bb = five ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+      for (int64_t k = 0; k < n / kQK; ++k, p += bb) {
+        uint16_t dh, mh;
+        std::memcpy(&dh, p, 2);
+        std::memcpy(&mh, p + 2, 2);
+        const uint8_t* sc = p + 4;
+        const uint8_t* qh = p + 16;
+        const uint8_t* qs = p + (five ? 48 : 16);
+        const float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(mh);
+        for (int j = 0; j < 8; ++j) {
+          int s, m;
+          if (j < 4) {
+            s = sc[j] & 63;
+            m = sc[j + 4] & 63;
+          } else {
+            s = (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4);
+            m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+          }
+          const float d1 = d * float(s), m1 = dmin * float(m);
+          for (int l = 0; l < 32; ++l) {
+            const int e = 32 * j + l;
+            int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0f;
+            if (five) q |= ((qh[l] >> j) & 1) << 4;
+            dst[k * kQK + e] = d1 * float(q) - m1;
+          }
+        }
+      }
+      return;
+    }
+    case DType::Q6_K: {
+      // Element 128h + r: low 4 bits from ql[64h + r % 64] >> 4 (r / 64), high 2 bits from
+      // qh[32h + r % 32] >> 2 (r / 32), minus 32; sub-block (16 elements) scale d * scales[e / 16].
+      const BlockQ6_K* b = static_cast<const BlockQ6_K*>(src);
+      for (int64_t k = 0; k < n / kQK; ++k) {
+        const float d = fp16_to_fp32(b[k].d);
+        for (int e = 0; e < kQK; ++e) {
+          const int h = e / 128, r = e % 128;
+          const int lo = (b[k].ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0f;
+          const int hi = (b[k].qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+          const float dl = d * float(b[k].scales[e / 16]);
+          dst[k * kQK + e] = dl * float((lo | hi << 4) - 32);
         }
       }
       return;

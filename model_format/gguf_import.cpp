@@ -16,7 +16,14 @@ bool ggml_to_dtype(uint32_t ggml_type, DType* out) {
     case 1: *out = DType::F16; return true;
     case 2: *out = DType::Q4_0; return true;
     case 3: *out = DType::Q4_1; return true;
+    case 6: *out = DType::Q5_0; return true;
+    case 7: *out = DType::Q5_1; return true;
     case 8: *out = DType::Q8_0; return true;
+    case 10: *out = DType::Q2_K; return true;
+    case 11: *out = DType::Q3_K; return true;
+    case 12: *out = DType::Q4_K; return true;
+    case 13: *out = DType::Q5_K; return true;
+    case 14: *out = DType::Q6_K; return true;
     case 30: *out = DType::BF16; return true;
     default: return false;
   }
@@ -34,11 +41,17 @@ Status import_config(const GgufFile& g, ModelConfig* c, bool* has_rope_freqs) {
   std::string arch;
   PKV_RETURN_IF_ERROR(g.get_string("general.architecture", &arch, &found));
   if (!found) return make_error(StatusCode::kInvalidFile, "required metadata 'general.architecture' is missing");
-  if (arch != "llama")
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
     return make_error(StatusCode::kUnsupported,
-                      "general.architecture = '%s' is not supported; PhaseKV imports llama-architecture GGUF files",
+                      "general.architecture = '%s' is not supported; PhaseKV imports llama, qwen2 and qwen3 GGUF "
+                      "files",
                       arch.c_str());
   c->architecture = arch;
+  // llama.cpp's converter permutes llama's q/k rows for GGML's "normal" (interleaved) RoPE and
+  // leaves Qwen's as trained: those run NeoX RoPE (pairs i, i + dim/2), as llama.cpp does.
+  const bool qwen = arch != "llama";
+  c->attn_bias = arch == "qwen2";
+  c->qk_norm = arch == "qwen3";
   const std::string p = arch + ".";
   PKV_RETURN_IF_ERROR(require_u32(g, p + "embedding_length", &c->d_model));
   PKV_RETURN_IF_ERROR(require_u32(g, p + "block_count", &c->n_layers));
@@ -77,7 +90,7 @@ Status import_config(const GgufFile& g, ModelConfig* c, bool* has_rope_freqs) {
   PKV_RETURN_IF_ERROR(g.get_f32(p + "rope.freq_base", &c->rope.theta, &found));
   c->rope.dim = c->head_dim;
   PKV_RETURN_IF_ERROR(g.get_u32(p + "rope.dimension_count", &c->rope.dim, &found));
-  c->rope.style = RopeStyle::Interleaved;  // llama GGUF: GGML "normal" RoPE on permuted q/k rows
+  c->rope.style = qwen ? RopeStyle::NeoX : RopeStyle::Interleaved;
   std::string scaling;
   PKV_RETURN_IF_ERROR(g.get_string(p + "rope.scaling.type", &scaling, &found));
   if (!found || scaling == "none") {
@@ -169,7 +182,8 @@ Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec
     if (!ggml_to_dtype(gt.ggml_type, &t.dtype)) {
       const GgmlTypeInfo* info = ggml_type_info(gt.ggml_type);
       return make_error(StatusCode::kUnsupported,
-                        "tensor '%s' has GGML type %s (%u); PhaseKV supports F32, F16, BF16, Q8_0, Q4_0, Q4_1 "
+                        "tensor '%s' has GGML type %s (%u); PhaseKV supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                        "Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K "
                         "(re-quantize the model to one of them)",
                         gt.name.c_str(), info ? info->name : "unknown", gt.ggml_type);
     }

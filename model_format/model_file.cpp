@@ -88,6 +88,8 @@ void read_config(const fb::Config* c, ModelConfig* o) {
   o->bos_id = c->bos_id();
   o->eos_id = c->eos_id();
   o->pad_id = c->pad_id();
+  o->attn_bias = c->attn_bias();
+  o->qk_norm = c->qk_norm();
 }
 
 AttentionMemory read_memory(const fb::AttentionMemory* m) {
@@ -253,7 +255,7 @@ flatbuffers::Offset<fb::Model> build_model(flatbuffers::FlatBufferBuilder& b, co
                              c.rope.low_freq_factor, c.rope.high_freq_factor);
   auto config = fb::CreateConfig(b, b.CreateString(c.architecture), c.vocab_size, c.d_model, c.n_layers, c.n_heads,
                                  c.n_kv_heads, c.head_dim, c.ffn_dim, c.norm_eps, rope, c.max_positions,
-                                 c.tied_embeddings, c.bos_id, c.eos_id, c.pad_id);
+                                 c.tied_embeddings, c.bos_id, c.eos_id, c.pad_id, c.attn_bias, c.qk_norm);
   std::vector<flatbuffers::Offset<fb::AttentionMemory>> layers;
   for (const AttentionMemory& m : s.layers)
     layers.push_back(fb::CreateAttentionMemory(

@@ -57,7 +57,8 @@ bool ModelConfig::operator==(const ModelConfig& o) const {
   return architecture == o.architecture && vocab_size == o.vocab_size && d_model == o.d_model &&
          n_layers == o.n_layers && n_heads == o.n_heads && n_kv_heads == o.n_kv_heads && head_dim == o.head_dim &&
          ffn_dim == o.ffn_dim && norm_eps == o.norm_eps && rope == o.rope && max_positions == o.max_positions &&
-         tied_embeddings == o.tied_embeddings && bos_id == o.bos_id && eos_id == o.eos_id && pad_id == o.pad_id;
+         tied_embeddings == o.tied_embeddings && bos_id == o.bos_id && eos_id == o.eos_id && pad_id == o.pad_id &&
+         attn_bias == o.attn_bias && qk_norm == o.qk_norm;
 }
 
 bool AttentionMemory::operator==(const AttentionMemory& o) const {
@@ -129,6 +130,15 @@ std::vector<ExpectedTensor> llama_expected_tensors(const ModelConfig& c) {
     out.push_back({p + "attn_q.weight", {q, d}});
     out.push_back({p + "attn_k.weight", {kv, d}});
     out.push_back({p + "attn_v.weight", {kv, d}});
+    if (c.attn_bias) {
+      out.push_back({p + "attn_q.bias", {q}});
+      out.push_back({p + "attn_k.bias", {kv}});
+      out.push_back({p + "attn_v.bias", {kv}});
+    }
+    if (c.qk_norm) {
+      out.push_back({p + "attn_q_norm.weight", {hd}});
+      out.push_back({p + "attn_k_norm.weight", {hd}});
+    }
     out.push_back({p + "attn_output.weight", {d, q}});
     out.push_back({p + "ffn_norm.weight", {d}});
     out.push_back({p + "ffn_gate.weight", {f, d}});
@@ -184,8 +194,9 @@ Status check_token_id(const char* field, int32_t id, uint64_t n) {
 }
 
 Status validate_config(const ModelConfig& c) {
-  if (c.architecture != "llama")
-    return make_error(StatusCode::kUnsupported, "config.architecture = '%s' is not supported (PhaseKV runs 'llama')",
+  if (c.architecture != "llama" && c.architecture != "qwen2" && c.architecture != "qwen3")
+    return make_error(StatusCode::kUnsupported,
+                      "config.architecture = '%s' is not supported (PhaseKV runs 'llama', 'qwen2', 'qwen3')",
                       c.architecture.c_str());
   PKV_RETURN_IF_ERROR(check_range("config.vocab_size", c.vocab_size, 1, limits::kVocab));
   PKV_RETURN_IF_ERROR(check_range("config.d_model", c.d_model, 1, limits::kDModel));

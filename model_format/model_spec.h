@@ -53,6 +53,8 @@ struct ModelConfig {
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   int32_t pad_id = -1;
+  bool attn_bias = false;  // q/k/v biases (qwen2)
+  bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE (qwen3)
   bool operator==(const ModelConfig& o) const;
 };
 

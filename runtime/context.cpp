@@ -153,6 +153,11 @@ Status Context::bind_weights() {
     }
     D.k_norm = tr(L.k_norm);
     D.sink = tr(L.sink);
+    D.bq = tr(L.bq);
+    D.bk = tr(L.bk);
+    D.bv = tr(L.bv);
+    D.q_norm = tr(L.q_norm);
+    D.kh_norm = tr(L.kh_norm);
   }
   token_embd_ = trw(model_.token_embd());
   output_ = trw(model_.output());
@@ -331,6 +336,17 @@ void Context::eval_chunk(const int32_t* tokens, int n) {
     const WeightView qkv[3] = {L.wq, L.wk, L.wv};
     float* const qkv_out[3] = {q_, k_rows, v_rows};
     be.matmul(qkv, qkv_out, 3, xn_, n);
+    if (L.bq) {  // qwen2: q/k/v biases, token by token
+      for (int t = 0; t < n; ++t) {
+        be.add(q_ + size_t(t) * nh * hd, L.bq, size_t(nh) * hd);
+        be.add(k_rows + size_t(t) * kvd, L.bk, kvd);
+        be.add(v_rows + size_t(t) * kvd, L.bv, kvd);
+      }
+    }
+    if (L.q_norm) {  // qwen3: every head of q and k RMS-normalized (in place) before RoPE
+      be.rmsnorm(q_, L.q_norm, c.norm_eps, n * nh, hd, q_);
+      be.rmsnorm(k_rows, L.kh_norm, c.norm_eps, n * nkv, hd, k_rows);
+    }
     const bool compressed = m.kind == MemoryKind::Compressed;
     const bool rotate_entry = compressed && m.entry_rope == EntryRope::RotateEntry;
     const bool layer_payload = m.payload == PayloadSource::LayerProjection;

@@ -119,7 +119,7 @@ Status Model::norm(const std::string& name, const float** out) {
     return Status::Ok();
   }
   if (t->dtype != DType::F16 && t->dtype != DType::BF16)
-    return make_error(StatusCode::kUnsupported, "tensor '%s': norm weights in %s are not supported", name.c_str(),
+    return make_error(StatusCode::kUnsupported, "tensor '%s': norm weights and biases in %s are not supported", name.c_str(),
                       dtype_name(t->dtype));
   converted_norms_.emplace_back(t->elements());
   dequantize_row(t->dtype, file_->tensor_data(*t), converted_norms_.back().data(), int64_t(t->elements()));
@@ -133,7 +133,7 @@ Status Model::build() {
   if (tokenizer_->n_tokens() > int32_t(c.vocab_size))
     return make_error(StatusCode::kInvalidFile, "tokenizer has %d tokens for vocab_size %u", tokenizer_->n_tokens(),
                       c.vocab_size);
-  converted_norms_.reserve(size_t(c.n_layers) * 2 + 1);  // pointers into it must stay valid
+  converted_norms_.reserve(size_t(c.n_layers) * 7 + 1);  // pointers into it must stay valid
   PKV_RETURN_IF_ERROR(weight("token_embd.weight", &token_embd_));
   if (c.tied_embeddings) {
     output_ = token_embd_;
@@ -151,6 +151,15 @@ Status Model::build() {
     PKV_RETURN_IF_ERROR(weight(p + "attn_k.weight", &L.wk));
     PKV_RETURN_IF_ERROR(weight(p + "attn_v.weight", &L.wv));
     PKV_RETURN_IF_ERROR(weight(p + "attn_output.weight", &L.wo));
+    if (c.attn_bias) {
+      PKV_RETURN_IF_ERROR(norm(p + "attn_q.bias", &L.bq));
+      PKV_RETURN_IF_ERROR(norm(p + "attn_k.bias", &L.bk));
+      PKV_RETURN_IF_ERROR(norm(p + "attn_v.bias", &L.bv));
+    }
+    if (c.qk_norm) {
+      PKV_RETURN_IF_ERROR(norm(p + "attn_q_norm.weight", &L.q_norm));
+      PKV_RETURN_IF_ERROR(norm(p + "attn_k_norm.weight", &L.kh_norm));
+    }
     PKV_RETURN_IF_ERROR(weight(p + "ffn_gate.weight", &L.w_gate));
     PKV_RETURN_IF_ERROR(weight(p + "ffn_up.weight", &L.w_up));
     PKV_RETURN_IF_ERROR(weight(p + "ffn_down.weight", &L.w_down));

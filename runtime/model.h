@@ -30,6 +30,12 @@ class Model {
     Branch cmp[2];                       // 0: K, 1: V
     const float* k_norm = nullptr;       // [head_dim] entry RMSNorm
     const float* sink = nullptr;         // [n_heads]
+    // Architecture switches (config.attn_bias, config.qk_norm); null = absent.
+    const float* bq = nullptr;           // [n_heads * head_dim] (qwen2)
+    const float* bk = nullptr;           // [n_kv_heads * head_dim]
+    const float* bv = nullptr;           // [n_kv_heads * head_dim]
+    const float* q_norm = nullptr;       // [head_dim] per-head RMSNorm of q before RoPE (qwen3)
+    const float* kh_norm = nullptr;      // [head_dim] the same for k
   };
 
   struct LoadOptions {

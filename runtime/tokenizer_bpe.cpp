@@ -35,6 +35,14 @@ const ByteMap& byte_map() {
 constexpr const char* kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
+// Qwen2's (and Qwen3's, GGUF tokenizer.pre "qwen2"): contractions in any case, a letter run
+// with at most one leading non-letter, single digits, punctuation runs with their newlines,
+// newline runs, then whitespace as GPT-2 (HF tokenizer.json of Qwen2.5 / Qwen3; llama.cpp's
+// LLAMA_VOCAB_PRE_TYPE_QWEN2).
+constexpr const char* kQwen2Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 class BpeTokenizer final : public Tokenizer {
  public:
   ~BpeTokenizer() override {
@@ -43,15 +51,20 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   Status init(const TokenizerData& d) {
+    const char* pattern = kGpt2Pattern;
     if (d.pre == "smollm" || d.pre == "starcoder" || d.pre == "refact" || d.pre == "codeshell") {
       split_digits_ = true;
     } else if (d.pre.empty() || d.pre == "default" || d.pre == "gpt2" || d.pre == "gpt-2") {
       split_digits_ = false;
+    } else if (d.pre == "qwen2") {
+      split_digits_ = false;  // the pattern takes digits one at a time itself
+      pattern = kQwen2Pattern;
     } else {
       return make_error(StatusCode::kUnsupported,
-                        "tokenizer.pre = '%s' is not supported (smollm, starcoder, gpt2, default are)", d.pre.c_str());
+                        "tokenizer.pre = '%s' is not supported (smollm, starcoder, qwen2, gpt2, default are)",
+                        d.pre.c_str());
     }
-    PKV_RETURN_IF_ERROR(compile(kGpt2Pattern, &re_));
+    PKV_RETURN_IF_ERROR(compile(pattern, &re_));
     PKV_RETURN_IF_ERROR(compile("\\p{N}", &digit_re_));
     ranks_.reserve(d.merges.size());
     for (size_t i = 0; i < d.merges.size(); ++i) {

@@ -84,6 +84,9 @@ void launch_dequantize(DType t, const void* src, float* dst, int64_t n, cudaStre
 Status dequantize_checked(DType t, const void* src, float* dst, int64_t n, cudaStream_t stream) {
   const DTypeInfo* info = dtype_info(static_cast<uint8_t>(t));
   if (!info) return make_error(StatusCode::kInvalidArgument, "dequantize: dtype %u is unknown", unsigned(t));
+  if (uint8_t(t) > uint8_t(DType::Q4_1))
+    return make_error(StatusCode::kUnsupported, "dequantize: no CUDA decoder for %s yet (the CPU backend has one)",
+                      info->name);
   if (n <= 0 || n % info->block_elems != 0)
     return make_error(StatusCode::kInvalidArgument, "dequantize: n = %lld is not a positive multiple of %u (%s)",
                       (long long)n, info->block_elems, info->name);

@@ -6,9 +6,9 @@ namespace cuda {
 
 namespace {
 
-// One block of 256 threads per row.
-__global__ void rmsnorm_block_per_row(const float* __restrict__ x, const float* __restrict__ w, float eps, int dim,
-                                      float* __restrict__ out) {
+// One block of 256 threads per row. x and out may be the same rows (qwen3's per-head q/k norm
+// runs in place): each thread writes only elements it read itself, after the reduction.
+__global__ void rmsnorm_block_per_row(const float* x, const float* __restrict__ w, float eps, int dim, float* out) {
   __shared__ float red[32];
   const float* xr = x + size_t(blockIdx.x) * dim;
   float* o = out + size_t(blockIdx.x) * dim;

@@ -12,7 +12,7 @@ runs one phasekv command and checks that the process reports the error and survi
 
 Usage: run_bad_inputs.py --phasekv BIN --data DIR --tmp DIR [--model GGUF] [--only SUBSTR] [--keep]
                          [--timeout S] [--emulator CMD]
-  --data   the ctest fixture directory (tiny.gguf, tiny_qwen.gguf, tiny_q6k.gguf)
+  --data   the ctest fixture directory (tiny.gguf, tiny_qwen.gguf, tiny_gemma.gguf, tiny_iq4xs.gguf)
   --model  SmolLM2 GGUF for the few cases marked "needs": "model" (skipped, visibly, when empty)
 Exit status: 0 when every case that ran passed, 1 otherwise.
 """
@@ -81,7 +81,8 @@ class Runner:
         data = os.path.abspath(self.a.data)
         self.bases["tiny_gguf"] = os.path.join(data, "tiny.gguf")
         self.bases["tiny_qwen_gguf"] = os.path.join(data, "tiny_qwen.gguf")
-        self.bases["tiny_q6k_gguf"] = os.path.join(data, "tiny_q6k.gguf")
+        self.bases["tiny_gemma_gguf"] = os.path.join(data, "tiny_gemma.gguf")
+        self.bases["tiny_iq4xs_gguf"] = os.path.join(data, "tiny_iq4xs.gguf")
         for name, p in list(self.bases.items()):
             if not os.path.isfile(p):
                 self.base_errors[name] = "fixture %s is missing (run ctest -R gguf_fixtures)" % p

@@ -12,7 +12,8 @@ Writes
                                or BF16 to exercise the conversion (biases always F32)
   DIR/<case>.ids.json          token ids, random in [3, 96)
   DIR/<case>.f32               batch-mode logits of EVERY position, little-endian float32 [T, vocab]
-  DIR/cases.json               {"gguf": "tiny_cmp.gguf", "cases": [{"name", "kv", "gates", "layers",
+  DIR/tiny_cmp_qwen2.gguf, DIR/tiny_cmp_qwen3.gguf   the same shapes as qwen2 / qwen3 models
+  DIR/cases.json               {"gguf": "tiny_cmp.gguf", "cases": [{"name", "gguf", "kv", "gates", "layers",
                                "ids", "logits", "T", "vocab"}]}
 "kv" holds PhaseKV `--kv` strings ([LAYERS:]KIND[:PARAMS]) derived mechanically from the
 reference layer spec "layers" (see kv_string), so that the two always express the same memory.
@@ -72,6 +73,12 @@ CASES = [
     ("planted_k2_v5", 40, comp(8, 8, 16, gate="planted", K=2, V=5, strength=10.0), {}),
     ("planted_weak5", 40, comp(8, 8, 16, gate="planted", weak=[5], strength=10.0), {}),
     ("planted_weak13_s6", 26, comp(4, 2, 2, gate="planted", weak=[1, 3], strength=6.0), {}),
+    # Qwen2 (q/k/v biases) and Qwen3 (per-head q/k RMSNorm), NeoX RoPE: full attention and one
+    # compressed retrofit each (their own tiny GGUFs, "arch" below).
+    ("qwen2_full", 24, {"kind": "full"}, {"arch": "qwen2"}),
+    ("qwen2_w8s4l4", 30, comp(8, 4, 4), {"arch": "qwen2"}),
+    ("qwen3_full", 24, {"kind": "full"}, {"arch": "qwen3"}),
+    ("qwen3_w8s4l4_scalar", 30, comp(8, 4, 4, gate="scalar", rope="entry", entry_norm=True), {"arch": "qwen3"}),
     ("mixed_gates", 30, [comp(6, 3, 2, gate="scalar"),
                          comp(4, 2, 1, gate="vector", gate_maps="offset", rope="entry"),
                          comp(4, 4, 4, gate="planted", K=1, V=3, strength=10.0)], {}),
@@ -140,17 +147,21 @@ def main():
     t0 = time.time()
 
     gguf_name = "tiny_cmp.gguf"
-    gguf_path = os.path.join(args.out_dir, gguf_name)
-    cr.make_tiny(gguf_path, seed=args.seed)
-    hp, w = load_model(gguf_path)
-    assert hp["vocab_size"] == VOCAB and hp["n_layer"] == 3
-    print(f"wrote {gguf_path} ({time.time() - t0:.2f}s)")
+    models = {}
+    for arch, name in (("llama", gguf_name), ("qwen2", "tiny_cmp_qwen2.gguf"), ("qwen3", "tiny_cmp_qwen3.gguf")):
+        gguf_path = os.path.join(args.out_dir, name)
+        cr.make_tiny(gguf_path, seed=args.seed, arch=arch)
+        hp, w = load_model(gguf_path)
+        assert hp["vocab_size"] == VOCAB and hp["n_layer"] == 3 and hp["arch"] == arch
+        models[arch] = (name, hp, w)
+        print(f"wrote {gguf_path} ({time.time() - t0:.2f}s)")
 
     names = [c[0] for c in CASES]
     assert len(set(names)) == len(names)
     out_cases = []
     for ci, (name, T, specs, opt) in enumerate(CASES):
         t1 = time.time()
+        case_gguf, hp, w = models[opt.get("arch", "llama")]
         specs = [dict(s) for s in (specs if isinstance(specs, list) else [specs] * hp["n_layer"])]
         rng = np.random.default_rng([args.seed, ci])
         ids = [int(i) for i in rng.integers(3, VOCAB, size=T)]
@@ -185,8 +196,8 @@ def main():
             f.write("\n")
         logits.tofile(os.path.join(args.out_dir, logits_name))
         kv = kv_strings(specs)
-        out_cases.append({"name": name, "kv": kv, "gates": gates_name, "layers": specs, "ids": ids_name,
-                          "logits": logits_name, "T": T, "vocab": VOCAB})
+        out_cases.append({"name": name, "gguf": case_gguf, "kv": kv, "gates": gates_name, "layers": specs,
+                          "ids": ids_name, "logits": logits_name, "T": T, "vocab": VOCAB})
         print(f"  {name:<24s} T={T:<3d} gates={'yes' if gates_name else 'no ':<3s} "
               f"stream max|d|={stream_d:.1e}  {time.time() - t1:.2f}s  --kv {' --kv '.join(kv)}")
 

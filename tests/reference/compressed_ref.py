@@ -500,9 +500,7 @@ class CompressedLlama:
         n, hd = x.shape[0], hp["head_dim"]
         b = f"blk.{il}."
         h = self.base.rmsnorm(x, w[b + "attn_norm.weight"])
-        q = (h @ w[b + "attn_q.weight"].T).reshape(n, hp["n_head"], hd)
-        k = (h @ w[b + "attn_k.weight"].T).reshape(n, hp["n_head_kv"], hd)
-        v = (h @ w[b + "attn_v.weight"].T).reshape(n, hp["n_head_kv"], hd)
+        q, k, v = self.base.project_qkv(il, h)  # qwen2 biases, qwen3 q/k norms (llama_ref)
         return h, self.base.rope(q, pos), k, self.base.rope(k, pos), v
 
     def _rope_one(self, x, p):
@@ -745,8 +743,11 @@ def tiny_tokens(vocab):
     return toks
 
 
-def make_tiny(path, seed=0, cfg=TINY):
-    """Write a small random llama GGUF (F32 weights, tied embeddings, minimal gpt2 tokenizer)."""
+def make_tiny(path, seed=0, cfg=TINY, arch="llama"):
+    """Write a small random llama, qwen2 or qwen3 GGUF (F32 weights, tied embeddings, minimal gpt2
+    tokenizer), with the tensor names and metadata llama.cpp's convert_hf_to_gguf.py writes for
+    that architecture (qwen2: attn_{q,k,v}.bias; qwen3: attn_{q,k}_norm.weight and an explicit
+    attention.key_length)."""
     import gguf
     rng = np.random.default_rng(seed)
     V, D, NL, H, HK, HD, F = (cfg[k] for k in ("vocab", "d", "layers", "heads", "kv_heads", "head_dim", "ffn"))
@@ -754,21 +755,26 @@ def make_tiny(path, seed=0, cfg=TINY):
     def rnd(*shape, std=1.0):
         return (rng.standard_normal(shape) * std).astype(np.float32)
 
-    w = gguf.GGUFWriter(path, "llama")
+    a = arch
+    w = gguf.GGUFWriter(path, arch)
     w.add_name("phasekv-tiny-random")
-    w.add_uint32("llama.block_count", NL)
-    w.add_uint32("llama.context_length", 256)
-    w.add_uint32("llama.embedding_length", D)
-    w.add_uint32("llama.feed_forward_length", F)
-    w.add_uint32("llama.attention.head_count", H)
-    w.add_uint32("llama.attention.head_count_kv", HK)
-    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
-    w.add_float32("llama.rope.freq_base", 10000.0)
-    w.add_uint32("llama.rope.dimension_count", HD)
-    w.add_uint32("llama.vocab_size", V)
+    w.add_uint32(f"{a}.block_count", NL)
+    w.add_uint32(f"{a}.context_length", 256)
+    w.add_uint32(f"{a}.embedding_length", D)
+    w.add_uint32(f"{a}.feed_forward_length", F)
+    w.add_uint32(f"{a}.attention.head_count", H)
+    w.add_uint32(f"{a}.attention.head_count_kv", HK)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-5 if arch == "llama" else 1e-6)
+    w.add_float32(f"{a}.rope.freq_base", 10000.0 if arch == "llama" else 1000000.0)
+    if arch == "qwen3":
+        w.add_uint32(f"{a}.attention.key_length", HD)
+        w.add_uint32(f"{a}.attention.value_length", HD)
+    else:
+        w.add_uint32(f"{a}.rope.dimension_count", HD)
+    w.add_uint32(f"{a}.vocab_size", V)
     w.add_file_type(0)  # ALL_F32
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
+    w.add_tokenizer_pre("smollm" if arch == "llama" else "qwen2")
     w.add_token_list(tiny_tokens(V))
     w.add_token_types([3 if i < 3 else 1 for i in range(V)])
     w.add_token_merges(["a b"])
@@ -785,6 +791,14 @@ def make_tiny(path, seed=0, cfg=TINY):
         w.add_tensor(b + "attn_q.weight", rnd(H * HD, D, std=1.5 / np.sqrt(D)))
         w.add_tensor(b + "attn_k.weight", rnd(HK * HD, D, std=1.5 / np.sqrt(D)))
         w.add_tensor(b + "attn_v.weight", rnd(HK * HD, D, std=1.0 / np.sqrt(D)))
+        if arch == "qwen2":
+            w.add_tensor(b + "attn_q.bias", rnd(H * HD, std=0.5))
+            w.add_tensor(b + "attn_k.bias", rnd(HK * HD, std=0.5))
+            w.add_tensor(b + "attn_v.bias", rnd(HK * HD, std=0.5))
+        if arch == "qwen3":
+            # Per-head norms rescale q.k to ~hd: damp them so attention stays far from one-hot.
+            w.add_tensor(b + "attn_q_norm.weight", 0.4 + 0.1 * rnd(HD))
+            w.add_tensor(b + "attn_k_norm.weight", 0.4 + 0.1 * rnd(HD))
         w.add_tensor(b + "attn_output.weight", rnd(D, H * HD, std=1.0 / np.sqrt(H * HD)))
         w.add_tensor(b + "ffn_norm.weight", 1.0 + 0.1 * rnd(D))
         w.add_tensor(b + "ffn_gate.weight", rnd(F, D, std=1.0 / np.sqrt(D)))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent NumPy reference for a llama-architecture GGUF model (e.g. SmolLM2).
+"""Independent NumPy reference for a llama, qwen2 or qwen3 GGUF model (e.g. SmolLM2).
 
 Used by PhaseKV's tests as ground truth; it shares no code with PhaseKV.
 Only numpy, gguf (GGUFReader + gguf.quants.dequantize) and the stdlib are used.
@@ -28,6 +28,13 @@ Conventions
 * Attention: GQA (query head h uses KV head h // (n_head / n_head_kv)),
   scores scaled by 1/sqrt(head_dim), softmax over positions 0..pos.
 * FFN: down( silu(gate h) * (up h) ), silu(z) = z / (1 + exp(-z)).
+* qwen2 (Qwen2 / Qwen2.5, HF Qwen2Attention): q, k and v projections add a bias
+  (blk.N.attn_{q,k,v}.bias). qwen3 (HF Qwen3Attention): no biases; each head of q and of k
+  is RMS-normalized over head_dim (weights blk.N.attn_{q,k}_norm.weight, the model's eps)
+  after the projection and before RoPE. Both use HF's rotate_half RoPE, which GGUF keeps
+  as is (GGML "NeoX" mode): pairs (x[i], x[i + rope_dim/2]).
+* head_dim is {arch}.attention.key_length when the file has it (Qwen3: 128 with
+  d_model 1024 and 16 heads), else n_embd / n_head.
 * LM head: output.weight if present, else tied to token_embd.weight.
 * All arithmetic is float32 (RoPE angles are computed in float64, then cast).
 """
@@ -50,19 +57,22 @@ def load_model(path):
         return default if field is None else field.contents()
 
     arch = meta("general.architecture")
-    if arch != "llama":
-        raise SystemExit(f"unsupported architecture {arch!r} (expected llama)")
+    if arch not in ("llama", "qwen2", "qwen3"):
+        raise SystemExit(f"unsupported architecture {arch!r} (expected llama, qwen2 or qwen3)")
+    a = arch
     hp = {
-        "n_embd": int(meta("llama.embedding_length")),
-        "n_layer": int(meta("llama.block_count")),
-        "n_head": int(meta("llama.attention.head_count")),
-        "n_head_kv": int(meta("llama.attention.head_count_kv")),
-        "n_ff": int(meta("llama.feed_forward_length")),
-        "eps": float(meta("llama.attention.layer_norm_rms_epsilon")),
-        "rope_base": float(meta("llama.rope.freq_base", 10000.0)),
+        "arch": arch,
+        "neox": arch != "llama",
+        "n_embd": int(meta(f"{a}.embedding_length")),
+        "n_layer": int(meta(f"{a}.block_count")),
+        "n_head": int(meta(f"{a}.attention.head_count")),
+        "n_head_kv": int(meta(f"{a}.attention.head_count_kv")),
+        "n_ff": int(meta(f"{a}.feed_forward_length")),
+        "eps": float(meta(f"{a}.attention.layer_norm_rms_epsilon")),
+        "rope_base": float(meta(f"{a}.rope.freq_base", 10000.0)),
     }
-    hp["head_dim"] = hp["n_embd"] // hp["n_head"]
-    hp["rope_dim"] = int(meta("llama.rope.dimension_count", hp["head_dim"]))
+    hp["head_dim"] = int(meta(f"{a}.attention.key_length", hp["n_embd"] // hp["n_head"]))
+    hp["rope_dim"] = int(meta(f"{a}.rope.dimension_count", hp["head_dim"]))
 
     weights = {}
     for t in reader.tensors:
@@ -87,17 +97,40 @@ class Llama:
         return (x / np.sqrt(ms + np.float32(self.hp["eps"]))) * weight
 
     def rope(self, x, positions):
-        """x: [n_tok, n_heads, head_dim]; rotate adjacent pairs (non-NeoX)."""
+        """x: [n_tok, n_heads, head_dim]; rotate adjacent pairs (llama) or (i, i + half) (qwen)."""
         half = self.hp["rope_dim"] // 2
         ang = np.asarray(positions, dtype=np.float64)[:, None] * self.inv_freq[None, :]
         cos = np.cos(ang).astype(np.float32)[:, None, :]  # [n_tok, 1, half]
         sin = np.sin(ang).astype(np.float32)[:, None, :]
         x = x.copy()
-        x0 = x[..., 0:2 * half:2].copy()
-        x1 = x[..., 1:2 * half:2].copy()
-        x[..., 0:2 * half:2] = x0 * cos - x1 * sin
-        x[..., 1:2 * half:2] = x0 * sin + x1 * cos
+        if self.hp["neox"]:
+            a, b = slice(0, half), slice(half, 2 * half)
+        else:
+            a, b = slice(0, 2 * half, 2), slice(1, 2 * half, 2)
+        x0 = x[..., a].copy()
+        x1 = x[..., b].copy()
+        x[..., a] = x0 * cos - x1 * sin
+        x[..., b] = x0 * sin + x1 * cos
         return x
+
+    def project_qkv(self, il, h):
+        """h [n, n_embd] -> q [n, n_head, hd], k, v [n, n_head_kv, hd], before RoPE: the
+        projections, qwen2's biases, qwen3's per-head q/k RMSNorm."""
+        hp, w = self.hp, self.w
+        n, hd = h.shape[0], hp["head_dim"]
+        b = f"blk.{il}."
+        q = h @ w[b + "attn_q.weight"].T
+        k = h @ w[b + "attn_k.weight"].T
+        v = h @ w[b + "attn_v.weight"].T
+        if hp["arch"] == "qwen2":
+            q, k, v = q + w[b + "attn_q.bias"], k + w[b + "attn_k.bias"], v + w[b + "attn_v.bias"]
+        q = q.reshape(n, hp["n_head"], hd)
+        k = k.reshape(n, hp["n_head_kv"], hd)
+        v = v.reshape(n, hp["n_head_kv"], hd)
+        if hp["arch"] == "qwen3":
+            q = self.rmsnorm(q, w[b + "attn_q_norm.weight"])
+            k = self.rmsnorm(k, w[b + "attn_k_norm.weight"])
+        return q, k, v
 
     def new_cache(self, max_len):
         hp = self.hp
@@ -124,9 +157,7 @@ class Llama:
             h = self.rmsnorm(x, w[b + "attn_norm.weight"])
             if capture is not None and il in capture:
                 capture[il] = h.copy()
-            q = (h @ w[b + "attn_q.weight"].T).reshape(n, n_head, hd)
-            k = (h @ w[b + "attn_k.weight"].T).reshape(n, n_kv, hd)
-            v = (h @ w[b + "attn_v.weight"].T).reshape(n, n_kv, hd)
+            q, k, v = self.project_qkv(il, h)
             q, k = self.rope(q, pos), self.rope(k, pos)
             cache["k"][il, p0:total] = k
             cache["v"][il, p0:total] = v

@@ -60,6 +60,29 @@ def add_raw_blocks(w, name, blocks, shape, qtype, expected):
     expected[name] = {"type": qtype.name, "shape": list(shape), "dequant": None}
 
 
+# Types whose blocks are written as random bytes with finite f16 scales (no quantizer needed):
+# byte offsets of the f16 fields in each block, as ggml lays them out.
+KQUANT_TYPES = [Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+F16_FIELDS = {Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2],
+              Q.Q5_K: [0, 2], Q.Q6_K: [208]}
+
+
+def add_random_blocks(w, name, qtype, rng, expected, rows=3, cols=512):
+    """Random quants and sub-scales, finite f16 super-scales (both signs, subnormals too)."""
+    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    n_blocks = rows * cols // block_elems
+    raw = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    for off in F16_FIELDS[qtype]:
+        scale = (rng.standard_normal(n_blocks) * 0.05).astype(np.float16)
+        scale[::7] = np.float16(3e-6)  # a subnormal f16
+        raw[:, off:off + 2] = scale.view(np.uint8).reshape(n_blocks, 2)
+    raw = raw.reshape(rows, -1)
+    w.add_tensor(name, raw, raw_dtype=qtype)
+    deq = gguf.quants.dequantize(raw, qtype).astype(np.float32)
+    assert deq.shape == (rows, cols) and np.isfinite(deq).all()
+    expected[name] = {"type": qtype.name, "shape": [rows, cols], "dequant": [float(x) for x in deq.reshape(-1)]}
+
+
 def write_tiny(path, rng, edge=False, arch="llama", extra_tensor=None):
     expected = {}
     w = gguf.GGUFWriter(path, arch)
@@ -127,8 +150,13 @@ def write_tiny(path, rng, edge=False, arch="llama", extra_tensor=None):
     add_raw_blocks(w, "test.hand_q4_1", q4_1, (1, 32), Q.Q4_1, expected)
     add_raw_blocks(w, "test.hand_q4_0", q4_0, (1, 32), Q.Q4_0, expected)
     add_raw_blocks(w, "test.hand_q8_0", q8_0, (1, 32), Q.Q8_0, expected)
-    if extra_tensor == "q6_k":
-        add_raw_blocks(w, "test.q6_k", [0] * 210, (1, 256), Q.Q6_K, expected)
+    if extra_tensor == "iq4_xs":
+        add_raw_blocks(w, "test.iq4_xs", [0] * 136, (1, 256), Q.IQ4_XS, expected)
+    if extra_tensor is None and not edge and arch == "llama":
+        # Random blocks of the 5-bit and K-quant types (llama.cpp's Q*_K_M mixes use all of
+        # them), dequantized by gguf.quants: the independent reference for PhaseKV's decoders.
+        for qtype in KQUANT_TYPES:
+            add_random_blocks(w, "test.rand_" + qtype.name.lower(), qtype, rng, expected)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -194,8 +222,9 @@ def main():
     os.makedirs(a.out_dir, exist_ok=True)
     fixture(a.out_dir, "tiny")
     fixture(a.out_dir, "tiny_edge", edge=True)
-    fixture(a.out_dir, "tiny_qwen", arch="qwen2")
-    fixture(a.out_dir, "tiny_q6k", extra_tensor="q6_k")
+    fixture(a.out_dir, "tiny_qwen", arch="qwen2")  # llama tensors only: qwen2's q/k/v biases missing
+    fixture(a.out_dir, "tiny_gemma", arch="gemma2")  # an architecture PhaseKV does not implement
+    fixture(a.out_dir, "tiny_iq4xs", extra_tensor="iq4_xs")
     if a.smollm2:
         smollm2_facts(a.smollm2, a.out_dir)
     print("fixtures written to", a.out_dir)

@@ -14,6 +14,11 @@ tokenizer.json:
   added tokens   every token of type 3 (CONTROL) as AddedToken(content, special=True,
                  normalized=False), so that it is matched anywhere in the input text
 
+With --pre qwen2 the pre-tokenizer is instead Qwen2's (and Qwen3's) from their published
+tokenizer.json: Sequence([Split(Regex(QWEN2_PATTERN), behavior="isolated"),
+ByteLevel(add_prefix_space=False, use_regex=False)]) — run over the same GGUF vocabulary, so
+PhaseKV's "qwen2" pre-tokenizer is checked without a Qwen model at hand.
+
 Each corpus string is encoded with add_special_tokens=False and decoded back with
 skip_special_tokens=False, and every string whose round trip differs is reported on stderr.
 
@@ -37,7 +42,11 @@ import sys
 import time
 
 import gguf
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+# Qwen2.5 / Qwen3 tokenizer.json, "pre_tokenizer" -> Split -> pattern -> Regex.
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
 TOKEN_TYPE_CONTROL = 3
 
@@ -76,7 +85,7 @@ def load_gguf_vocab(path):
     return {"pre": pre, "tokens": tokens, "vocab": vocab, "merges": pairs, "control": control}
 
 
-def build_tokenizer(v):
+def build_tokenizer(v, pre="gguf"):
     # tokenizers 0.23 rejects an explicit None for continuing_subword_prefix / end_of_word_suffix
     # ("'None' is not an instance of 'str'"), and "" would be Some(""), not None: leave them out.
     bpe = models.BPE(vocab=v["vocab"], merges=v["merges"], unk_token=None, fuse_unk=False,
@@ -85,10 +94,16 @@ def build_tokenizer(v):
     assert bpe.unk_token is None and bpe.continuing_subword_prefix is None and bpe.end_of_word_suffix is None
     assert bpe.byte_fallback is False and bpe.ignore_merges is False and bpe.dropout is None
     tok = Tokenizer(bpe)
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    if pre == "qwen2":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ])
     tok.decoder = decoders.ByteLevel()
     specials = [AddedToken(content, special=True, normalized=False, single_word=False, lstrip=False, rstrip=False)
                 for _, content in v["control"]]
@@ -130,11 +145,13 @@ def main():
     ap.add_argument("--gguf", required=True, help="GGUF model with tokenizer.ggml.* metadata (gpt2 model)")
     ap.add_argument("--corpus", required=True, help="JSON array of strings (make_tokenizer_corpus.py)")
     ap.add_argument("--out", required=True, help="output JSON path")
+    ap.add_argument("--pre", choices=["gguf", "qwen2"], default="gguf",
+                    help="pre-tokenizer: SmolLM2's (the GGUF's, default) or Qwen2's")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
     v = load_gguf_vocab(args.gguf)
-    tok = build_tokenizer(v)
+    tok = build_tokenizer(v, args.pre)
     t1 = time.perf_counter()
     print(f"vocab {len(v['tokens'])}, merges {len(v['merges'])}, control tokens {len(v['control'])}, "
           f"pre '{v['pre']}' ({t1 - t0:.2f}s)", file=sys.stderr)

@@ -157,7 +157,7 @@ std::vector<std::unique_ptr<Model>> fixture_models(size_t limit = 1000) {
     o.kv_specs = c["kv"].get<std::vector<std::string>>();
     if (!c["gates"].is_null()) REQUIRE(read_safetensors(cmp_dir() + "/" + c["gates"].get<std::string>(), &o.extra_tensors).ok());
     const std::string pkv = tmp_path("seam_" + c["name"].get<std::string>() + ".pkv");
-    REQUIRE(convert_gguf_to_pkv(cmp_dir() + "/tiny_cmp.gguf", pkv, o).ok());
+    REQUIRE(convert_gguf_to_pkv(cmp_dir() + "/" + c.value("gguf", std::string("tiny_cmp.gguf")), pkv, o).ok());
     std::unique_ptr<Model> m;
     REQUIRE(Model::load(pkv, &m).ok());
     std::remove(pkv.c_str());

@@ -13,11 +13,21 @@ TEST_CASE("dtype block layouts match GGUF") {
   CHECK(dtype_info(DType::Q4_1).block_bytes == 20);
   CHECK(dtype_info(DType::Q8_0).block_bytes == 34);
   CHECK(dtype_info(DType::F16).block_bytes == 2);
-  CHECK(dtype_info(uint8_t(6)) == nullptr);
+  CHECK(dtype_info(DType::Q5_0).block_bytes == 22);
+  CHECK(dtype_info(DType::Q5_1).block_bytes == 24);
+  CHECK(dtype_info(DType::Q2_K).block_bytes == 84);
+  CHECK(dtype_info(DType::Q3_K).block_bytes == 110);
+  CHECK(dtype_info(DType::Q4_K).block_bytes == 144);
+  CHECK(dtype_info(DType::Q5_K).block_bytes == 176);
+  CHECK(dtype_info(DType::Q6_K).block_bytes == 210);
+  CHECK(dtype_info(DType::Q6_K).block_elems == 256);
+  CHECK(dtype_info(uint8_t(13)) == nullptr);
   DType t;
   CHECK(dtype_from_name("Q4_1", &t));
   CHECK(t == DType::Q4_1);
-  CHECK_FALSE(dtype_from_name("Q6_K", &t));
+  CHECK(dtype_from_name("Q6_K", &t));
+  CHECK(t == DType::Q6_K);
+  CHECK_FALSE(dtype_from_name("IQ4_XS", &t));
 }
 
 TEST_CASE("tensor_byte_size: hand-computed sizes and errors") {

@@ -216,13 +216,17 @@ TEST_CASE("GGUF reader: edge-case metadata comes through exactly") {
 
 TEST_CASE("GGUF import: unsupported architecture and tensor types are named") {
   ImportOptions o;
-  Status s = convert_gguf_to_pkv(data_dir() + "/tiny_qwen.gguf", tmp_path("q.pkv"), o);
+  Status s = convert_gguf_to_pkv(data_dir() + "/tiny_gemma.gguf", tmp_path("g.pkv"), o);
   CHECK(s.code() == StatusCode::kUnsupported);
-  CHECK(s.message().find("'qwen2'") != std::string::npos);
-  s = convert_gguf_to_pkv(data_dir() + "/tiny_q6k.gguf", tmp_path("q6.pkv"), o);
+  CHECK(s.message().find("'gemma2'") != std::string::npos);
+  // A qwen2 file must carry its q/k/v biases.
+  s = convert_gguf_to_pkv(data_dir() + "/tiny_qwen.gguf", tmp_path("q.pkv"), o);
+  CHECK(s.code() == StatusCode::kInvalidFile);
+  CHECK(s.message().find("'blk.0.attn_q.bias' is missing") != std::string::npos);
+  s = convert_gguf_to_pkv(data_dir() + "/tiny_iq4xs.gguf", tmp_path("iq4.pkv"), o);
   CHECK(s.code() == StatusCode::kUnsupported);
-  CHECK(s.message().find("'test.q6_k'") != std::string::npos);
-  CHECK(s.message().find("Q6_K") != std::string::npos);
+  CHECK(s.message().find("'test.iq4_xs'") != std::string::npos);
+  CHECK(s.message().find("IQ4_XS") != std::string::npos);
   o.kv_specs = {"5:full"};
   s = convert_gguf_to_pkv(data_dir() + "/tiny.gguf", tmp_path("k.pkv"), o);
   CHECK(s.code() == StatusCode::kInvalidArgument);

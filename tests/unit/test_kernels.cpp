@@ -37,12 +37,14 @@ std::vector<uint8_t> random_weights(DType t, int rows, int k, std::mt19937& rng)
     std::normal_distribution<float> nd;
     for (uint64_t i = 0; i < bytes / 2; ++i) h[i] = t == DType::F16 ? fp32_to_fp16(nd(rng)) : fp32_to_bf16(nd(rng));
   } else {
+    const ScaleFields f = dtype_scale_fields(t);
     for (uint64_t off = 0; off < bytes; off += info.block_bytes) {
       const uint16_t d = fp32_to_fp16(0.01f + 0.05f * float(rng() % 100) / 100.0f);
-      std::memcpy(&w[off], &d, 2);
-      if (t == DType::Q4_1) {
-        const uint16_t m = fp32_to_fp16(-0.3f);
-        std::memcpy(&w[off + 2], &m, 2);
+      std::memcpy(&w[off + uint64_t(f.d)], &d, 2);
+      if (f.min >= 0) {
+        // Q4_1 / Q5_1 store the minimum itself; K-quants a positive super-scale of the minimums.
+        const uint16_t m = fp32_to_fp16(t == DType::Q4_1 || t == DType::Q5_1 ? -0.3f : 0.02f);
+        std::memcpy(&w[off + uint64_t(f.min)], &m, 2);
       }
     }
   }
@@ -68,12 +70,13 @@ TEST_CASE("SIMD dequantization equals the scalar reference bit for bit") {
 
 TEST_CASE("matmul matches a double-precision reference for every dtype and ISA") {
   std::mt19937 rng(5);
-  const int rows = 37, k = 96, n_tok = 5;  // odd row count: exercises the 1-3 row tails
-  std::vector<float> x(size_t(n_tok) * k);
+  const int rows = 37, n_tok = 5;  // odd row count: exercises the 1-3 row tails
   std::normal_distribution<float> nd;
-  for (float& v : x) v = nd(rng);
   for (uint8_t ti = 0; ti < kDTypeCount; ++ti) {
     const DType t = DType(ti);
+    const int k = dtype_info(t).block_elems == 256 ? 512 : 96;  // K-quant rows: whole super-blocks
+    std::vector<float> x(size_t(n_tok) * k);
+    for (float& v : x) v = nd(rng);
     std::vector<uint8_t> w = random_weights(t, rows, k, rng);
     const size_t row_bytes = w.size() / rows;
     std::vector<float> wf(size_t(rows) * k);

@@ -304,7 +304,8 @@ TEST_CASE("compressed memories: q8 mode on every memory kind keeps F32 weights e
     if (!c["gates"].is_null())
       REQUIRE(read_safetensors(data_dir() + "/compressed/" + c["gates"].get<std::string>(), &o.extra_tensors).ok());
     const std::string pkv = tmp_path("q8_" + c["name"].get<std::string>() + ".pkv");
-    REQUIRE(convert_gguf_to_pkv(data_dir() + "/compressed/tiny_cmp.gguf", pkv, o).ok());
+    REQUIRE(convert_gguf_to_pkv(data_dir() + "/compressed/" + c.value("gguf", std::string("tiny_cmp.gguf")), pkv, o)
+                .ok());
     std::unique_ptr<Model> m;
     REQUIRE(Model::load(pkv, &m).ok());
     std::remove(pkv.c_str());

@@ -44,6 +44,40 @@ TEST_CASE("byte-level BPE: ids identical to HF tokenizers on the corpus and deco
   CHECK(round_trip == cases.size() - lossy.size());
 }
 
+TEST_CASE("byte-level BPE, Qwen2 pre-tokenizer: ids identical to HF tokenizers on the corpus") {
+  // SmolLM2's vocabulary and merges with tokenizer.pre = "qwen2", against HF tokenizers
+  // configured like Qwen2.5's / Qwen3's tokenizer.json (tokenizer_ref.py --pre qwen2).
+  const Model* m = smollm2();
+  if (!m) {
+    MESSAGE("skipped: no SmolLM2 GGUF");
+    return;
+  }
+  TokenizerData d = m->spec().tokenizer;
+  d.pre = "qwen2";
+  std::unique_ptr<Tokenizer> t;
+  REQUIRE(Tokenizer::create(d, &t).ok());
+  const nlohmann::json j = load_json_file(data_dir() + "/tokenizer_ref_qwen2.json");
+  const auto& cases = j["cases"];
+  REQUIRE(cases.size() >= 2000);
+  size_t same = 0, differs_from_smollm = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string text = cases[i]["text"];
+    const std::vector<int32_t> ref = cases[i]["ids"].get<std::vector<int32_t>>();
+    std::vector<int32_t> ids, smollm;
+    REQUIRE(t->encode(text, true, &ids).ok());
+    REQUIRE(m->tokenizer().encode(text, true, &smollm).ok());
+    differs_from_smollm += smollm != ids;
+    if (ids == ref) {
+      ++same;
+    } else if (i - same < 5) {
+      MESSAGE("case " << i << " differs: '" << text.substr(0, 80) << "'");
+    }
+  }
+  MESSAGE(cases.size() << " corpus strings; " << differs_from_smollm << " tokenize differently from SmolLM2's pre-tokenizer");
+  CHECK(same == cases.size());
+  CHECK(differs_from_smollm > 0);  // the pattern is really in use
+}
+
 TEST_CASE("byte-level BPE: known ids and special-token handling") {
   const Model* m = smollm2();
   if (!m) {
