@@ -249,11 +249,13 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
             m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
           }
           const float d1 = d * float(s), m1 = dmin * float(m);
-          for (int l = 0; l < 32; ++l) {
-            const int e = 32 * j + l;
-            int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0f;
-            if (five) q |= ((qh[l] >> j) & 1) << 4;
-            dst[k * kQK + e] = d1 * float(q) - m1;
+          const uint8_t* q4 = qs + 32 * (j / 2);
+          const int shift = 4 * (j % 2);
+          float* out = dst + k * kQK + 32 * j;
+          if (five) {
+            for (int l = 0; l < 32; ++l) out[l] = d1 * float(((q4[l] >> shift) & 0x0f) | ((qh[l] >> j) & 1) << 4) - m1;
+          } else {
+            for (int l = 0; l < 32; ++l) out[l] = d1 * float((q4[l] >> shift) & 0x0f) - m1;
           }
         }
       }
@@ -265,13 +267,19 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       const BlockQ6_K* b = static_cast<const BlockQ6_K*>(src);
       for (int64_t k = 0; k < n / kQK; ++k) {
         const float d = fp16_to_fp32(b[k].d);
-        for (int e = 0; e < kQK; ++e) {
-          const int h = e / 128, r = e % 128;
-          const int lo = (b[k].ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0f;
-          const int hi = (b[k].qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
-          const float dl = d * float(b[k].scales[e / 16]);
-          dst[k * kQK + e] = dl * float((lo | hi << 4) - 32);
-        }
+        for (int h = 0; h < 2; ++h)
+          for (int g = 0; g < 4; ++g) {  // elements 128h + 32g + l
+            const uint8_t* ql = b[k].ql + 64 * h + 32 * (g % 2);
+            const uint8_t* qh = b[k].qh + 32 * h;
+            const int lo_shift = 4 * (g / 2), hi_shift = 2 * g;
+            const int e0 = 128 * h + 32 * g;
+            for (int half = 0; half < 2; ++half) {
+              const float dl = d * float(b[k].scales[(e0 + 16 * half) / 16]);
+              float* out = dst + k * kQK + e0 + 16 * half;
+              for (int l = 16 * half; l < 16 * half + 16; ++l)
+                out[l - 16 * half] = dl * float(int(((ql[l] >> lo_shift) & 0x0f) | ((qh[l] >> hi_shift) & 3) << 4) - 32);
+            }
+          }
       }
       return;
     }

@@ -71,7 +71,9 @@ struct KernelTable {
 };
 
 // Weight types the q8 mode multiplies with integer dot products (others stay on the f32 path).
-inline bool q8_supported(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+inline bool q8_supported(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q5_0 || t == DType::Q5_1;
+}
 
 // How a quantized weight matrix meets its activations.
 enum class MatmulMode : uint8_t {

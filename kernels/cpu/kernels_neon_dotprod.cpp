@@ -32,7 +32,7 @@ struct NeonDotprod {
   static XS xscale(const BlockQ8x& x) { return XS{{vdupq_n_f32(x.d[0]), vdupq_n_f32(x.d[1])}}; }
   template <DType T>
   static D load_scales(const uint8_t* blk) {
-    return {f16(blk), T == DType::Q4_1 ? f16(blk + 2) : 0.0f};
+    return {f16(blk), has_min<T>() ? f16(blk + 2) : 0.0f};
   }
   static S scale(const D& dm, const XS& xs) { return S{{vmulq_n_f32(xs.val[0], dm.d), vmulq_n_f32(xs.val[1], dm.d)}}; }
   static M mzero() { return vdupq_n_f32(0.0f); }
@@ -57,6 +57,23 @@ struct NeonDotprod {
     if constexpr (T == DType::Q8_0) {
       w.val[0] = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 2));
       w.val[1] = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 18));
+    } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
+      const uint8x16_t b = vld1q_u8(blk + (has_min<T>() ? 8 : 6));
+      const uint32_t qh = qh_bits<T>(blk);
+      // Byte j of each half = 0x10 where bit j (j + 16) of qh is set.
+      static const uint8_t kBits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+      const uint8x16_t bits = vld1q_u8(kBits);
+      const uint8x16_t h0 = vcombine_u8(vdup_n_u8(uint8_t(qh)), vdup_n_u8(uint8_t(qh >> 8)));
+      const uint8x16_t h1 = vcombine_u8(vdup_n_u8(uint8_t(qh >> 16)), vdup_n_u8(uint8_t(qh >> 24)));
+      const uint8x16_t x10 = vdupq_n_u8(0x10);
+      const uint8x16_t lo = vorrq_u8(vandq_u8(b, vdupq_n_u8(0x0f)), vandq_u8(vtstq_u8(h0, bits), x10));
+      const uint8x16_t hi = vorrq_u8(vshrq_n_u8(b, 4), vandq_u8(vtstq_u8(h1, bits), x10));
+      w.val[0] = vreinterpretq_s8_u8(lo);
+      w.val[1] = vreinterpretq_s8_u8(hi);
+      if constexpr (T == DType::Q5_0) {
+        w.val[0] = vsubq_s8(w.val[0], vdupq_n_s8(16));
+        w.val[1] = vsubq_s8(w.val[1], vdupq_n_s8(16));
+      }
     } else {
       const uint8x16_t b = vld1q_u8(blk + (T == DType::Q4_1 ? 4 : 2));
       const uint8x16_t lo = vandq_u8(b, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(b, 4);

@@ -36,7 +36,7 @@ struct PKV_Q8_AVX2_POLICY {
   template <DType T>
   static D load_scales(const uint8_t* blk) {
     uint32_t u = 0;
-    std::memcpy(&u, blk, T == DType::Q4_1 ? 4 : 2);  // f16 d (and f16 m), converted exactly by F16C
+    std::memcpy(&u, blk, has_min<T>() ? 4 : 2);  // f16 d (and f16 m), converted exactly by F16C
     return _mm_cvtph_ps(_mm_cvtsi32_si128(int(u)));
   }
   static S scale(D dm, XS xs) { return _mm256_mul_ps(_mm256_broadcastss_ps(dm), xs); }
@@ -57,6 +57,20 @@ struct PKV_Q8_AVX2_POLICY {
   static W load_w(const uint8_t* blk) {
     if constexpr (T == DType::Q8_0) {
       return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
+      const __m256i b = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (has_min<T>() ? 8 : 6))));
+      const __m256i lo = _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
+      // Byte j = 0x10 where bit j of qh is set: byte j takes qh's byte j / 8, masked by 1 << (j % 8).
+      const __m256i q = _mm256_set1_epi32(int(qh_bits<T>(blk)));
+      const __m256i spread = _mm256_shuffle_epi8(
+          q, _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
+                              3, 3));
+      const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
+      const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+      const __m256i w = _mm256_or_si256(lo, hi);
+      if constexpr (T == DType::Q5_0) return _mm256_sub_epi8(w, _mm256_set1_epi8(16));
+      return w;
     } else {
       // The 16 packed bytes in both halves (a broadcast load), the high half shifted by 4: low
       // nibbles are elements 0..15, high nibbles 16..31.
@@ -70,9 +84,9 @@ struct PKV_Q8_AVX2_POLICY {
   template <DType T>
   static L lanes(W w, const int8_t* q) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-    // Q4_1's weights are unsigned already; signed weights go through |w| * (x * sign(w)).
-    const __m256i u = T == DType::Q4_1 ? w : _mm256_sign_epi8(w, w);
-    const __m256i s = T == DType::Q4_1 ? x : _mm256_sign_epi8(x, w);
+    // Q4_1's and Q5_1's weights are unsigned already; signed ones go through |w| * (x * sign(w)).
+    const __m256i u = has_min<T>() ? w : _mm256_sign_epi8(w, w);
+    const __m256i s = has_min<T>() ? x : _mm256_sign_epi8(x, w);
 #if defined(PKV_Q8_VNNI)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
 #else

@@ -1,7 +1,8 @@
 // The q8 matmul mode's kernels (cpu_kernels.h KernelTable::quantize_q8 / matmul_q8_rows),
 // written once over an instruction-set policy P and instantiated per instruction set. P gives:
-//   W load_w<T>(blk)       a weight block unpacked to 32 signed (Q4_0, Q8_0) or 0..15 (Q4_1) bytes
-//   D load_scales<T>(blk)  its f16 scale d_w (and Q4_1's minimum m_w), converted exactly
+//   W load_w<T>(blk)       a weight block unpacked to 32 signed (Q4_0, Q5_0, Q8_0) or unsigned
+//                          (Q4_1: 0..15, Q5_1: 0..31) bytes
+//   D load_scales<T>(blk)  its f16 scale d_w (and Q4_1's / Q5_1's minimum m_w), converted exactly
 //   XS xscale(x)           a token block's two half-block scales
 //   S scale(D, XS)         the lane scales: d_w * d_x[0] for lanes 0..3, d_w * d_x[1] for 4..7
 //   L lanes<T>(W, q)       8 int32 lane sums of products, lane j = elements 4j..4j+3 (exact)
@@ -68,7 +69,20 @@ inline void quantize_portable(const float* x, BlockQ8x* out, int k) {
 
 template <DType T>
 constexpr int block_bytes() {
-  return T == DType::Q8_0 ? 34 : T == DType::Q4_0 ? 18 : 20;
+  return T == DType::Q8_0 ? 34 : T == DType::Q4_0 ? 18 : T == DType::Q4_1 ? 20 : T == DType::Q5_0 ? 22 : 24;
+}
+// Types whose blocks carry a minimum (x = d q + m): their weights are unsigned, and the product
+// gains m * sum(x).
+template <DType T>
+constexpr bool has_min() {
+  return T == DType::Q4_1 || T == DType::Q5_1;
+}
+// Q5_*: bit j of the little-endian u32 qh (at blk + 2, or + 4 with a minimum) is element j's 5th bit.
+template <DType T>
+inline uint32_t qh_bits(const uint8_t* blk) {
+  uint32_t qh;
+  std::memcpy(&qh, blk + (has_min<T>() ? 4 : 2), 4);
+  return qh;
 }
 
 // NR rows x NT tokens. Per block: each token's x scales are prepared once (P::xscale), each
@@ -98,7 +112,7 @@ inline void tile(const MatmulArgs& a, int r0, int t0) {
       xs[t] = P::xscale(*xb[t]);
     }
     typename P::M s4 = P::mzero();
-    if constexpr (T == DType::Q4_1) {
+    if constexpr (has_min<T>()) {
       if constexpr (NT == 1) {
         s4 = P::load_min1(xb[0]->s);
       } else {
@@ -111,7 +125,7 @@ inline void tile(const MatmulArgs& a, int r0, int t0) {
       __builtin_prefetch(blk + PKV_Q8_PREFETCH);
       const typename P::W w = P::template load_w<T>(blk);
       const typename P::D dm = P::template load_scales<T>(blk);  // d_w (and Q4_1's m_w)
-      if constexpr (T == DType::Q4_1) accm[r] = NT == 1 ? P::fma_min1(dm, s4, accm[r]) : P::fma_min(dm, s4, accm[r]);
+      if constexpr (has_min<T>()) accm[r] = NT == 1 ? P::fma_min1(dm, s4, accm[r]) : P::fma_min(dm, s4, accm[r]);
       for (int t = 0; t < NT; ++t)
         acc[r][t] = P::fma(acc[r][t], P::scale(dm, xs[t]), P::template lanes<T>(w, xb[t]->q));
     }
@@ -119,7 +133,7 @@ inline void tile(const MatmulArgs& a, int r0, int t0) {
   for (int r = 0; r < NR; ++r)
     for (int t = 0; t < NT; ++t) {
       float y = P::hsum(acc[r][t]);
-      if constexpr (T == DType::Q4_1) y = y + (NT == 1 ? P::mvalue1(accm[r]) : P::mvalue(accm[r], t));
+      if constexpr (has_min<T>()) y = y + (NT == 1 ? P::mvalue1(accm[r]) : P::mvalue(accm[r], t));
       a.y[size_t(t0 + t) * a.ldy + r0 + r] = y;
     }
 }
@@ -165,6 +179,8 @@ void matmul_rows(const MatmulArgs& a, int row_begin, int row_end) {
     case DType::Q4_0: return rows<P, DType::Q4_0>(a, row_begin, row_end);
     case DType::Q4_1: return rows<P, DType::Q4_1>(a, row_begin, row_end);
     case DType::Q8_0: return rows<P, DType::Q8_0>(a, row_begin, row_end);
+    case DType::Q5_0: return rows<P, DType::Q5_0>(a, row_begin, row_end);
+    case DType::Q5_1: return rows<P, DType::Q5_1>(a, row_begin, row_end);
     default: PKV_ASSERT(!"matmul_q8_rows: a weight type without q8 kernels (q8_supported)");
   }
 }
@@ -206,7 +222,7 @@ struct Portable {
   static XS xscale(const BlockQ8x& x) { return {x.d[0], x.d[1]}; }
   template <DType T>
   static D load_scales(const uint8_t* blk) {
-    return {f16(blk), T == DType::Q4_1 ? f16(blk + 2) : 0.0f};
+    return {f16(blk), has_min<T>() ? f16(blk + 2) : 0.0f};
   }
   static S scale(const D& dm, const XS& xs) { return {dm.d * xs.d0, dm.d * xs.d1}; }
   static M mzero() { return MinLanes::zero(); }
@@ -221,6 +237,14 @@ struct Portable {
     W w;
     if constexpr (T == DType::Q8_0) {
       std::memcpy(w.v, blk + 2, 32);
+    } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
+      const uint32_t qh = qh_bits<T>(blk);
+      const uint8_t* qs = blk + (has_min<T>() ? 8 : 6);
+      const int off = T == DType::Q5_0 ? 16 : 0;
+      for (int i = 0; i < 16; ++i) {
+        w.v[i] = int8_t(((qs[i] & 0x0f) | int((qh >> i) & 1u) << 4) - off);
+        w.v[i + 16] = int8_t(((qs[i] >> 4) | int((qh >> (i + 16)) & 1u) << 4) - off);
+      }
     } else {
       const uint8_t* qs = blk + (T == DType::Q4_1 ? 4 : 2);
       const int off = T == DType::Q4_0 ? 8 : 0;

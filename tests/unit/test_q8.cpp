@@ -43,7 +43,7 @@ std::vector<uint8_t> weights(DType t, int rows, int k, std::mt19937& rng, size_t
       uint8_t* blk = w.data() + size_t(r) * *row_bytes + size_t(b) * info.block_bytes;
       const uint16_t d = fp32_to_fp16(scale(rng));
       std::memcpy(blk, &d, 2);
-      if (t == DType::Q4_1) {
+      if (t == DType::Q4_1 || t == DType::Q5_1) {
         const uint16_t m = fp32_to_fp16(-scale(rng) * 8);
         std::memcpy(blk + 2, &m, 2);
       }
@@ -106,7 +106,7 @@ TEST_CASE("q8: every instruction set's quantizer and products equal the portable
     return s;
   }());
   const int k = 576, rows = 13;
-  for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+  for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_0, DType::Q5_1})
     for (int n : {1, 2, 3, 5, 8, 21, 37}) {  // 21, 37: past the prefill's 16-token blocks, with tails
       size_t rb = 0;
       const std::vector<uint8_t> w = weights(dt, rows, k, rng, &rb);
@@ -156,7 +156,7 @@ TEST_CASE("q8: products equal the double evaluation of their integers and stay w
   std::mt19937 rng(5);
   const cpu::KernelTable& kt = cpu::kernels();
   const int k = 1536, rows = 24, n = 3, nb = k / 32;
-  for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+  for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_0, DType::Q5_1}) {
     size_t rb = 0;
     const std::vector<uint8_t> w = weights(dt, rows, k, rng, &rb);
     const std::vector<float> x = activations(n, k, rng);
@@ -186,8 +186,15 @@ TEST_CASE("q8: products equal the double evaluation of their integers and stay w
           double wabs[2] = {0, 0};
           for (int i = 0; i < 32; ++i) {
             long wi;
-            if (dt == DType::Q8_0) wi = int8_t(blk[2 + i]);
-            else {
+            if (dt == DType::Q8_0) {
+              wi = int8_t(blk[2 + i]);
+            } else if (dt == DType::Q5_0 || dt == DType::Q5_1) {  // ggml: nibble | qh bit i << 4
+              const bool m1 = dt == DType::Q5_1;
+              const uint32_t qh = uint32_t(blk[m1 ? 4 : 2]) | uint32_t(blk[m1 ? 5 : 3]) << 8 |
+                                  uint32_t(blk[m1 ? 6 : 4]) << 16 | uint32_t(blk[m1 ? 7 : 5]) << 24;
+              const uint8_t qb = blk[(m1 ? 8 : 6) + (i & 15)];
+              wi = long((i < 16 ? (qb & 0x0f) : (qb >> 4)) | ((qh >> i) & 1u) << 4) - (m1 ? 0 : 16);
+            } else {
               const uint8_t qb = blk[(dt == DType::Q4_1 ? 4 : 2) + (i & 15)];
               wi = (i < 16 ? (qb & 0x0f) : (qb >> 4)) - (dt == DType::Q4_0 ? 8 : 0);
             }
@@ -201,7 +208,7 @@ TEST_CASE("q8: products equal the double evaluation of their integers and stay w
             mag += std::fabs(sc * double(isum[h]));
             qbound += double(xb.d[h]) / 2 * wabs[h];
           }
-          if (dt == DType::Q4_1) {
+          if (dt == DType::Q4_1 || dt == DType::Q5_1) {
             uint16_t mh;
             std::memcpy(&mh, blk + 2, 2);
             term += double(fp16_to_fp32(mh)) * double(xb.s);
