@@ -60,10 +60,10 @@ struct KernelTable {
   // ---- the q8 mode (8-bit activations, integer dot products) ----
   // out[k / 32] = x quantized block by block (see BlockQ8x); identical on every instruction set.
   void (*quantize_q8)(const float* x, BlockQ8x* out, int k);
-  // Rows [row_begin, row_end) for Q4_0, Q4_1 and Q8_0 weights against a.xq. Per output, in block
+  // Rows [row_begin, row_end) for the q8_supported weight types against a.xq. Per output, in block
   // order: the block's 32 products as 8 exact int32 lane sums (lane j: elements 4j..4j+3),
   // acc[j] = fma(d_w * d_x[j / 4], float(lane j), acc[j]); then the fixed 8-lane reduction of dot(),
-  // plus (Q4_1) the minima term sum_b fma(m_w, s_x, .) kept apart in block order. Integer sums
+  // plus (Q4_1, Q5_1, Q4_K, Q5_K) the minima term sum_b fma(m_w, s_x, .) kept apart in block order. Integer sums
   // are exact and every float step is the same IEEE operation, so every instruction set
   // (AVX2 maddubs, AVX-512 VNNI, NEON sdot, portable C++) gives the same bits.
   void (*matmul_q8_rows)(const MatmulArgs& a, int row_begin, int row_end);
@@ -72,7 +72,8 @@ struct KernelTable {
 
 // Weight types the q8 mode multiplies with integer dot products (others stay on the f32 path).
 inline bool q8_supported(DType t) {
-  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q5_0 || t == DType::Q5_1;
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q5_0 || t == DType::Q5_1 ||
+         t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 
 // How a quantized weight matrix meets its activations.

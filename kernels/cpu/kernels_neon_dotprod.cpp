@@ -19,7 +19,7 @@ struct NeonDotprod {
   using L = int32x4x2_t;
   using A = float32x4x2_t;
   struct D {
-    float d, m;
+    float d, m, d1;  // d_w for elements 0..15, the minimum, d_w for 16..31
   };
   using XS = float32x4x2_t;
   using S = float32x4x2_t;
@@ -31,10 +31,17 @@ struct NeonDotprod {
   }
   static XS xscale(const BlockQ8x& x) { return XS{{vdupq_n_f32(x.d[0]), vdupq_n_f32(x.d[1])}}; }
   template <DType T>
-  static D load_scales(const uint8_t* blk) {
-    return {f16(blk), has_min<T>() ? f16(blk + 2) : 0.0f};
+  static D load_scales(const uint8_t* blk, int j) {
+    if constexpr (kquant<T>()) {
+      const KScales k = kq_scales<T>(blk, j);
+      return {k.d0, k.m, k.d1};
+    } else {
+      const float d = f16(blk);
+      return {d, has_min<T>() ? f16(blk + 2) : 0.0f, d};
+    }
   }
-  static S scale(const D& dm, const XS& xs) { return S{{vmulq_n_f32(xs.val[0], dm.d), vmulq_n_f32(xs.val[1], dm.d)}}; }
+  template <DType T>
+  static S scale(const D& dm, const XS& xs) { return S{{vmulq_n_f32(xs.val[0], dm.d), vmulq_n_f32(xs.val[1], dm.d1)}}; }
   static M mzero() { return vdupq_n_f32(0.0f); }
   static M load_min(float s0, float s1, float s2, float s3) {
     M m = vdupq_n_f32(s0);
@@ -52,11 +59,34 @@ struct NeonDotprod {
     return v[t];
   }
   template <DType T>
-  static W load_w(const uint8_t* blk) {
+  static W load_w(const uint8_t* blk, int j) {
     W w;
     if constexpr (T == DType::Q8_0) {
       w.val[0] = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 2));
       w.val[1] = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 18));
+    } else if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
+      // Sub-blocks 2p and 2p + 1 are the low and high nibbles of the same 32 bytes.
+      const uint8_t* qs = blk + (T == DType::Q4_K ? 16 : 48) + 32 * (j >> 1);
+      const int8x16_t sh = vdupq_n_s8(int8_t(-4 * (j & 1)));  // vshl by a negative count: shift right
+      uint8x16_t lo = vandq_u8(vshlq_u8(vld1q_u8(qs), sh), vdupq_n_u8(0x0f));
+      uint8x16_t hi = vandq_u8(vshlq_u8(vld1q_u8(qs + 16), sh), vdupq_n_u8(0x0f));
+      if constexpr (T == DType::Q5_K) {  // the 5th bit: bit j of qh[i]
+        const uint8x16_t bit = vdupq_n_u8(uint8_t(1u << j)), x10 = vdupq_n_u8(0x10);
+        lo = vorrq_u8(lo, vandq_u8(vtstq_u8(vld1q_u8(blk + 16), bit), x10));
+        hi = vorrq_u8(hi, vandq_u8(vtstq_u8(vld1q_u8(blk + 32), bit), x10));
+      }
+      w.val[0] = vreinterpretq_s8_u8(lo);
+      w.val[1] = vreinterpretq_s8_u8(hi);
+    } else if constexpr (T == DType::Q6_K) {
+      const int h = j >> 2, q = j & 3;
+      const uint8_t* ql = blk + 64 * h + 32 * (q & 1);
+      const uint8_t* qh = blk + 128 + 32 * h;
+      const int8x16_t sl = vdupq_n_s8(int8_t(-4 * (q >> 1))), shh = vdupq_n_s8(int8_t(-2 * q));
+      for (int half = 0; half < 2; ++half) {
+        const uint8x16_t lo = vandq_u8(vshlq_u8(vld1q_u8(ql + 16 * half), sl), vdupq_n_u8(0x0f));
+        const uint8x16_t hi = vshlq_n_u8(vandq_u8(vshlq_u8(vld1q_u8(qh + 16 * half), shh), vdupq_n_u8(3)), 4);
+        w.val[half] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
+      }
     } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
       const uint8x16_t b = vld1q_u8(blk + (has_min<T>() ? 8 : 6));
       const uint32_t qh = qh_bits<T>(blk);

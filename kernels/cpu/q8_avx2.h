@@ -24,7 +24,7 @@ struct PKV_Q8_AVX2_POLICY {
   using W = __m256i;
   using L = __m256i;
   using A = __m256;
-  using D = __m128;   // [d_w, m_w, 0, 0]
+  using D = __m128;   // [d_w, m_w, 0, 0]; K-quants [d_w,0, m_w, d_w,1, 0]
   using XS = __m256;  // [d_x0 x4, d_x1 x4]
   using S = __m256;
   using M = __m128;   // Q4_1's minimum term, a lane per token
@@ -34,12 +34,22 @@ struct PKV_Q8_AVX2_POLICY {
     return _mm256_blend_ps(_mm256_broadcast_ss(&x.d[0]), _mm256_broadcast_ss(&x.d[1]), 0xf0);
   }
   template <DType T>
-  static D load_scales(const uint8_t* blk) {
-    uint32_t u = 0;
-    std::memcpy(&u, blk, has_min<T>() ? 4 : 2);  // f16 d (and f16 m), converted exactly by F16C
-    return _mm_cvtph_ps(_mm_cvtsi32_si128(int(u)));
+  static D load_scales(const uint8_t* blk, int j) {
+    if constexpr (kquant<T>()) {
+      const KScales k = kq_scales<T>(blk, j);
+      return _mm_setr_ps(k.d0, k.m, k.d1, 0.0f);
+    } else {
+      uint32_t u = 0;
+      std::memcpy(&u, blk, has_min<T>() ? 4 : 2);  // f16 d (and f16 m), converted exactly by F16C
+      return _mm_cvtph_ps(_mm_cvtsi32_si128(int(u)));
+    }
   }
-  static S scale(D dm, XS xs) { return _mm256_mul_ps(_mm256_broadcastss_ps(dm), xs); }
+  template <DType T>
+  static S scale(D dm, XS xs) {
+    if constexpr (T == DType::Q6_K)  // two 16-element weight scales: lanes 0 and 2 of dm
+      return _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), xs);
+    return _mm256_mul_ps(_mm256_broadcastss_ps(dm), xs);
+  }
   static M mzero() { return _mm_setzero_ps(); }
   static M load_min(float s0, float s1, float s2, float s3) { return _mm_setr_ps(s0, s1, s2, s3); }
   static M fma_min(D dm, M s, M acc) { return _mm_fmadd_ps(_mm_shuffle_ps(dm, dm, 0x55), s, acc); }
@@ -54,9 +64,28 @@ struct PKV_Q8_AVX2_POLICY {
     return v[t];
   }
   template <DType T>
-  static W load_w(const uint8_t* blk) {
+  static W load_w(const uint8_t* blk, int j) {
     if constexpr (T == DType::Q8_0) {
       return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    } else if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
+      // Sub-blocks 2p and 2p + 1 are the low and high nibbles of the same 32 bytes.
+      const __m256i b = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(blk + (T == DType::Q4_K ? 16 : 48) + 32 * (j >> 1)));
+      const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(b, _mm_cvtsi32_si128(4 * (j & 1))), _mm256_set1_epi8(0x0f));
+      if constexpr (T == DType::Q4_K) {
+        return lo;
+      } else {  // the 5th bit: bit j of qh[i]
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+        const __m256i bit = _mm256_set1_epi8(char(1 << j));
+        return _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(0x10)));
+      }
+    } else if constexpr (T == DType::Q6_K) {
+      const int h = j >> 2, q = j & 3;
+      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (q & 1)));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+      const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (q >> 1))), _mm256_set1_epi8(0x0f));
+      const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * q)), _mm256_set1_epi8(3)), 4);
+      return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
     } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
       const __m256i b = _mm256_broadcastsi128_si256(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (has_min<T>() ? 8 : 6))));

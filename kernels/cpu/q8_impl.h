@@ -1,10 +1,14 @@
 // The q8 matmul mode's kernels (cpu_kernels.h KernelTable::quantize_q8 / matmul_q8_rows),
 // written once over an instruction-set policy P and instantiated per instruction set. P gives:
-//   W load_w<T>(blk)       a weight block unpacked to 32 signed (Q4_0, Q5_0, Q8_0) or unsigned
-//                          (Q4_1: 0..15, Q5_1: 0..31) bytes
-//   D load_scales<T>(blk)  its f16 scale d_w (and Q4_1's / Q5_1's minimum m_w), converted exactly
+//   W load_w<T>(blk, j)    a weight block unpacked to 32 signed (Q4_0, Q5_0, Q8_0, Q6_K) or
+//                          unsigned (Q4_1, Q4_K: 0..15, Q5_1, Q5_K: 0..31) bytes; for K-quants blk
+//                          is the super-block and j (0..7) the 32-element sub-block, else j = 0
+//   D load_scales<T>(blk, j)  its weight scales (d_w for elements 0..15 and 16..31: equal but for
+//                          Q6_K's 16-element scales) and minimum m_w (Q4_1, Q5_1; -dmin * m_j
+//                          for Q4_K, Q5_K), each exact: an f16 converted, or an f16 times a 6-
+//                          or 8-bit integer (at most 19 significant bits, exact in f32)
 //   XS xscale(x)           a token block's two half-block scales
-//   S scale(D, XS)         the lane scales: d_w * d_x[0] for lanes 0..3, d_w * d_x[1] for 4..7
+//   S scale<T>(D, XS)      the lane scales: d_w,0 * d_x[0] for lanes 0..3, d_w,1 * d_x[1] for 4..7
 //   L lanes<T>(W, q)       8 int32 lane sums of products, lane j = elements 4j..4j+3 (exact)
 //   A zero(), A fma(A, S, L) = lane-wise fused scale * float(lane) + acc, float hsum(A) in
 //     dot()'s order ((0+4)+(2+6)) + ((1+5)+(3+7))
@@ -67,15 +71,68 @@ inline void quantize_portable(const float* x, BlockQ8x* out, int k) {
 #define PKV_Q8_PREFETCH 4096
 #endif
 
+// K-quants: 256-element super-blocks of eight 32-element sub-blocks (ggml's block_q4_K, _q5_K,
+// _q6_K), each sub-block one q8 block.
+template <DType T>
+constexpr bool kquant() {
+  return T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
+}
+// Bytes of a block (of a super-block for K-quants).
 template <DType T>
 constexpr int block_bytes() {
-  return T == DType::Q8_0 ? 34 : T == DType::Q4_0 ? 18 : T == DType::Q4_1 ? 20 : T == DType::Q5_0 ? 22 : 24;
+  return T == DType::Q8_0   ? 34
+         : T == DType::Q4_0 ? 18
+         : T == DType::Q4_1 ? 20
+         : T == DType::Q5_0 ? 22
+         : T == DType::Q5_1 ? 24
+         : T == DType::Q4_K ? 144
+         : T == DType::Q5_K ? 176
+                            : 210;  // Q6_K
 }
 // Types whose blocks carry a minimum (x = d q + m): their weights are unsigned, and the product
 // gains m * sum(x).
 template <DType T>
 constexpr bool has_min() {
-  return T == DType::Q4_1 || T == DType::Q5_1;
+  return T == DType::Q4_1 || T == DType::Q5_1 || T == DType::Q4_K || T == DType::Q5_K;
+}
+
+// A K-quant sub-block's scales, in plain C++ for every policy (the products are exact, so any
+// instruction set computing them gives these bits): d0 for elements 0..15, d1 for 16..31, m the
+// minimum (x = d q + m). ggml's layouts: Q4_K / Q5_K {f16 d, f16 dmin, u8 scales[12], ...} with
+// 6-bit scale and min j packed as in get_scale_min_k4; Q6_K {ql[128], qh[64], i8 scales[16], f16 d},
+// sub-block j = half j / 4, quarter j % 4, its 16-element scales 8 (j / 4) + 2 (j % 4) and + 1.
+struct KScales {
+  float d0, d1, m;
+};
+template <DType T>
+inline KScales kq_scales(const uint8_t* sb, int j) {
+  if constexpr (T == DType::Q6_K) {
+    const int8_t* sc = reinterpret_cast<const int8_t*>(sb + 192);
+    const float d = f16(sb + 208);
+    const int g = 8 * (j >> 2) + 2 * (j & 3);
+    return {d * float(sc[g]), d * float(sc[g + 1]), 0.0f};
+  } else {
+    const uint8_t* q = sb + 4;
+    int sc, m;
+    if (j < 4) {
+      sc = q[j] & 63;
+      m = q[j + 4] & 63;
+    } else {
+      sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+      m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+    const float ds = f16(sb) * float(sc);
+    return {ds, ds, -(f16(sb + 2) * float(m))};
+  }
+}
+// Block b of a weight row: its bytes (the super-block for K-quants) and sub-block index.
+template <DType T>
+inline const uint8_t* block_at(const uint8_t* row, int b) {
+  return kquant<T>() ? row + size_t(b >> 3) * block_bytes<T>() : row + size_t(b) * block_bytes<T>();
+}
+template <DType T>
+constexpr int sub_block(int b) {
+  return kquant<T>() ? (b & 7) : 0;
 }
 // Q5_*: bit j of the little-endian u32 qh (at blk + 2, or + 4 with a minimum) is element j's 5th bit.
 template <DType T>
@@ -85,8 +142,6 @@ inline uint32_t qh_bits(const uint8_t* blk) {
   return qh;
 }
 
-// NR rows x NT tokens. Per block: each token's x scales are prepared once (P::xscale), each
-// row's block once (P::load_w, P::load_scales), then NR x NT lane products.
 // NR rows x NT tokens (NT <= 4). Per block: each token's x scales are prepared once (P::xscale)
 // and Q4_1's token block sums gathered into one vector (a lane per token), each row's block
 // once (P::load_w, P::load_scales), then NR x NT lane products and NR minimum-term FMAs. Per
@@ -121,13 +176,14 @@ inline void tile(const MatmulArgs& a, int r0, int t0) {
       }
     }
     for (int r = 0; r < NR; ++r) {
-      const uint8_t* blk = rows[r] + size_t(b) * block_bytes<T>();
-      __builtin_prefetch(blk + PKV_Q8_PREFETCH);
-      const typename P::W w = P::template load_w<T>(blk);
-      const typename P::D dm = P::template load_scales<T>(blk);  // d_w (and Q4_1's m_w)
+      const uint8_t* blk = block_at<T>(rows[r], b);
+      const int j = sub_block<T>(b);
+      __builtin_prefetch(rows[r] + size_t(b) * (block_bytes<T>() / (kquant<T>() ? 8 : 1)) + PKV_Q8_PREFETCH);
+      const typename P::W w = P::template load_w<T>(blk, j);
+      const typename P::D dm = P::template load_scales<T>(blk, j);  // d_w (and the minimum m_w)
       if constexpr (has_min<T>()) accm[r] = NT == 1 ? P::fma_min1(dm, s4, accm[r]) : P::fma_min(dm, s4, accm[r]);
       for (int t = 0; t < NT; ++t)
-        acc[r][t] = P::fma(acc[r][t], P::scale(dm, xs[t]), P::template lanes<T>(w, xb[t]->q));
+        acc[r][t] = P::fma(acc[r][t], P::template scale<T>(dm, xs[t]), P::template lanes<T>(w, xb[t]->q));
     }
   }
   for (int r = 0; r < NR; ++r)
@@ -181,6 +237,9 @@ void matmul_rows(const MatmulArgs& a, int row_begin, int row_end) {
     case DType::Q8_0: return rows<P, DType::Q8_0>(a, row_begin, row_end);
     case DType::Q5_0: return rows<P, DType::Q5_0>(a, row_begin, row_end);
     case DType::Q5_1: return rows<P, DType::Q5_1>(a, row_begin, row_end);
+    case DType::Q4_K: return rows<P, DType::Q4_K>(a, row_begin, row_end);
+    case DType::Q5_K: return rows<P, DType::Q5_K>(a, row_begin, row_end);
+    case DType::Q6_K: return rows<P, DType::Q6_K>(a, row_begin, row_end);
     default: PKV_ASSERT(!"matmul_q8_rows: a weight type without q8 kernels (q8_supported)");
   }
 }
@@ -210,7 +269,7 @@ struct Portable {
     float v[8];
   };
   struct D {
-    float d, m;
+    float d, m, d1;  // d_w for elements 0..15, the minimum, d_w for 16..31
   };
   struct XS {
     float d0, d1;
@@ -221,10 +280,17 @@ struct Portable {
   using M = MinLanes;
   static XS xscale(const BlockQ8x& x) { return {x.d[0], x.d[1]}; }
   template <DType T>
-  static D load_scales(const uint8_t* blk) {
-    return {f16(blk), has_min<T>() ? f16(blk + 2) : 0.0f};
+  static D load_scales(const uint8_t* blk, int j) {
+    if constexpr (kquant<T>()) {
+      const KScales k = kq_scales<T>(blk, j);
+      return {k.d0, k.m, k.d1};
+    } else {
+      const float d = f16(blk);
+      return {d, has_min<T>() ? f16(blk + 2) : 0.0f, d};
+    }
   }
-  static S scale(const D& dm, const XS& xs) { return {dm.d * xs.d0, dm.d * xs.d1}; }
+  template <DType T>
+  static S scale(const D& dm, const XS& xs) { return {dm.d * xs.d0, dm.d1 * xs.d1}; }
   static M mzero() { return MinLanes::zero(); }
   static M load_min(float s0, float s1, float s2, float s3) { return MinLanes::load(s0, s1, s2, s3); }
   static M fma_min(const D& dm, const M& s, const M& acc) { return MinLanes::fma(dm.m, s, acc); }
@@ -233,10 +299,24 @@ struct Portable {
   static M fma_min1(const D& dm, const M& s, const M& acc) { return MinLanes{{std::fma(dm.m, s.v[0], acc.v[0]), 0, 0, 0}}; }
   static float mvalue1(const M& m) { return m.v[0]; }
   template <DType T>
-  static W load_w(const uint8_t* blk) {
+  static W load_w(const uint8_t* blk, int j) {
     W w;
     if constexpr (T == DType::Q8_0) {
       std::memcpy(w.v, blk + 2, 32);
+    } else if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
+      const uint8_t* qs = blk + (T == DType::Q4_K ? 16 : 48) + 32 * (j >> 1);  // sub-blocks 2p, 2p+1: nibbles
+      const uint8_t* qh = blk + 16;                                            // Q5_K: bit j of qh[i]
+      for (int i = 0; i < 32; ++i) {
+        int v = (qs[i] >> (4 * (j & 1))) & 0x0f;
+        if constexpr (T == DType::Q5_K) v |= ((qh[i] >> j) & 1) << 4;
+        w.v[i] = int8_t(v);
+      }
+    } else if constexpr (T == DType::Q6_K) {
+      const int h = j >> 2, q = j & 3;
+      const uint8_t* ql = blk + 64 * h + 32 * (q & 1);  // low 4 bits: nibble q / 2
+      const uint8_t* qh = blk + 128 + 32 * h;           // high 2 bits: bits 2q, 2q + 1
+      for (int i = 0; i < 32; ++i)
+        w.v[i] = int8_t((((ql[i] >> (4 * (q >> 1))) & 0x0f) | (((qh[i] >> (2 * q)) & 3) << 4)) - 32);
     } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
       const uint32_t qh = qh_bits<T>(blk);
       const uint8_t* qs = blk + (has_min<T>() ? 8 : 6);

@@ -30,26 +30,112 @@ std::vector<const cpu::KernelTable*> tables() {
   return out;
 }
 
-// Random weight rows [rows, k] in t (finite scales; Q8_0 includes -128).
+// Random weight rows [rows, k] in t (finite scales; Q8_0 includes -128; K-quants' packed 6-bit
+// and int8 sub-block scales random bytes).
 std::vector<uint8_t> weights(DType t, int rows, int k, std::mt19937& rng, size_t* row_bytes) {
   const DTypeInfo& info = dtype_info(t);
-  *row_bytes = size_t(k) / 32 * info.block_bytes;
+  *row_bytes = size_t(k) / info.block_elems * info.block_bytes;
   std::vector<uint8_t> w(*row_bytes * size_t(rows));
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.001f, 0.05f);
   for (uint8_t& b : w) b = uint8_t(byte(rng));
+  const ScaleFields f = dtype_scale_fields(t);
+  const bool kq = info.block_elems == 256;
   for (int r = 0; r < rows; ++r)
-    for (int b = 0; b < k / 32; ++b) {
+    for (int b = 0; b < k / int(info.block_elems); ++b) {
       uint8_t* blk = w.data() + size_t(r) * *row_bytes + size_t(b) * info.block_bytes;
-      const uint16_t d = fp32_to_fp16(scale(rng));
-      std::memcpy(blk, &d, 2);
-      if (t == DType::Q4_1 || t == DType::Q5_1) {
-        const uint16_t m = fp32_to_fp16(-scale(rng) * 8);
-        std::memcpy(blk + 2, &m, 2);
+      // K-quant super-scales multiply 6-bit (8-bit for Q6_K) integers: keep them smaller.
+      const uint16_t d = fp32_to_fp16(scale(rng) / (kq ? 32.0f : 1.0f));
+      std::memcpy(blk + f.d, &d, 2);
+      if (f.min >= 0) {  // Q4_1 / Q5_1: the minimum itself; K-quants: dmin, a positive super-scale
+        const uint16_t m = fp32_to_fp16(kq ? scale(rng) / 8 : -scale(rng) * 8);
+        std::memcpy(blk + f.min, &m, 2);
       }
       if (t == DType::Q8_0 && b == 0) blk[2] = 0x80;  // -128
     }
   return w;
+}
+
+// Block b (32 elements) of a weight row, decoded independently of the kernels from ggml's
+// layouts (the K-quants in the element order of ggml's dequantize_row_q*_K loops): the 32
+// integers, the weight scale of elements 0..15 and 16..31, and the minimum (x = d q + m).
+struct Block32 {
+  long q[32];
+  float dw[2];
+  float m = 0.0f;
+};
+float h2f(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
+Block32 decode32(DType dt, const uint8_t* row, int b) {
+  Block32 o;
+  if (dtype_info(dt).block_elems == 256) {
+    const uint8_t* x = row + size_t(b / 8) * dtype_info(dt).block_bytes;
+    long q[256];
+    float d[256], m[256];
+    if (dt == DType::Q6_K) {  // ql[128], qh[64], int8 scales[16], f16 d
+      const float dd = h2f(x + 208);
+      for (int n = 0; n < 2; ++n)
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t* ql = x + 64 * n;
+          const uint8_t* qh = x + 128 + 32 * n;
+          const int8_t* sc = reinterpret_cast<const int8_t*>(x + 192 + 8 * n);
+          const int is = l / 16, y = 128 * n + l;
+          q[y] = long((ql[l] & 0xF) | ((qh[l] >> 0) & 3) << 4) - 32;
+          q[y + 32] = long((ql[l + 32] & 0xF) | ((qh[l] >> 2) & 3) << 4) - 32;
+          q[y + 64] = long((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+          q[y + 96] = long((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+          for (int u = 0; u < 4; ++u) {
+            d[y + 32 * u] = float(double(dd) * sc[is + 2 * u]);
+            m[y + 32 * u] = 0.0f;
+          }
+        }
+    } else {  // Q4_K / Q5_K: f16 d, f16 dmin, scales[12], (Q5_K: qh[32]), qs[128]
+      const float dd = h2f(x), dmin = h2f(x + 2);
+      const uint8_t* sc = x + 4;
+      const uint8_t* qh = x + 16;
+      const uint8_t* qs = x + (dt == DType::Q4_K ? 16 : 48);
+      for (int j = 0; j < 8; ++j) {
+        const int s = j < 4 ? (sc[j] & 63) : ((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+        const int mm = j < 4 ? (sc[j + 4] & 63) : ((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+        for (int l = 0; l < 32; ++l) {
+          const int y = 32 * j + l;
+          long v = (qs[32 * (j / 2) + l] >> (j % 2 ? 4 : 0)) & 0xF;
+          if (dt == DType::Q5_K && (qh[l] & (1u << j))) v += 16;
+          q[y] = v;
+          d[y] = float(double(dd) * s);
+          m[y] = float(-(double(dmin) * mm));
+        }
+      }
+    }
+    const int e = 32 * (b % 8);
+    for (int i = 0; i < 32; ++i) o.q[i] = q[e + i];
+    o.dw[0] = d[e];
+    o.dw[1] = d[e + 16];
+    o.m = m[e];
+    for (int i = 0; i < 32; ++i) REQUIRE(d[e + i] == o.dw[i / 16]);  // one scale per 16 elements
+    return o;
+  }
+  const uint8_t* blk = row + size_t(b) * dtype_info(dt).block_bytes;
+  o.dw[0] = o.dw[1] = h2f(blk);
+  for (int i = 0; i < 32; ++i) {
+    if (dt == DType::Q8_0) {
+      o.q[i] = int8_t(blk[2 + i]);
+    } else if (dt == DType::Q5_0 || dt == DType::Q5_1) {  // ggml: nibble | qh bit i << 4
+      const bool m1 = dt == DType::Q5_1;
+      const uint32_t qh = uint32_t(blk[m1 ? 4 : 2]) | uint32_t(blk[m1 ? 5 : 3]) << 8 | uint32_t(blk[m1 ? 6 : 4]) << 16 |
+                          uint32_t(blk[m1 ? 7 : 5]) << 24;
+      const uint8_t qb = blk[(m1 ? 8 : 6) + (i & 15)];
+      o.q[i] = long((i < 16 ? (qb & 0x0f) : (qb >> 4)) | ((qh >> i) & 1u) << 4) - (m1 ? 0 : 16);
+    } else {
+      const uint8_t qb = blk[(dt == DType::Q4_1 ? 4 : 2) + (i & 15)];
+      o.q[i] = (i < 16 ? (qb & 0x0f) : (qb >> 4)) - (dt == DType::Q4_0 ? 8 : 0);
+    }
+  }
+  if (dt == DType::Q4_1 || dt == DType::Q5_1) o.m = h2f(blk + 2);
+  return o;
 }
 
 std::vector<float> activations(int n, int k, std::mt19937& rng) {
@@ -58,6 +144,9 @@ std::vector<float> activations(int n, int k, std::mt19937& rng) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = g(rng) * (i % 97 == 0 ? 20.0f : 1.0f);  // some outliers
   return x;
 }
+
+const DType kQ8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_0,
+                          DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 uint32_t bits(float f) {
   uint32_t u;
@@ -105,9 +194,10 @@ TEST_CASE("q8: every instruction set's quantizer and products equal the portable
     for (auto* t : ts) s += std::string(t->q8_isa) + " ";
     return s;
   }());
-  const int k = 576, rows = 13;
-  for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_0, DType::Q5_1})
-    for (int n : {1, 2, 3, 5, 8, 21, 37}) {  // 21, 37: past the prefill's 16-token blocks, with tails
+  const int rows = 13;
+  for (DType dt : kQ8Types)
+    for (int n : {1, 2, 3, 5, 8, 21, 37}) {
+      const int k = dtype_info(dt).block_elems == 256 ? 768 : 576;  // K-quants: whole super-blocks  // 21, 37: past the prefill's 16-token blocks, with tails
       size_t rb = 0;
       const std::vector<uint8_t> w = weights(dt, rows, k, rng, &rb);
       const std::vector<float> x = activations(n, k, rng);
@@ -156,7 +246,7 @@ TEST_CASE("q8: products equal the double evaluation of their integers and stay w
   std::mt19937 rng(5);
   const cpu::KernelTable& kt = cpu::kernels();
   const int k = 1536, rows = 24, n = 3, nb = k / 32;
-  for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_0, DType::Q5_1}) {
+  for (DType dt : kQ8Types) {
     size_t rb = 0;
     const std::vector<uint8_t> w = weights(dt, rows, k, rng, &rb);
     const std::vector<float> x = activations(n, k, rng);
@@ -178,42 +268,22 @@ TEST_CASE("q8: products equal the double evaluation of their integers and stay w
         double exact = 0, mag = 0, qbound = 0;
         for (int b = 0; b < nb; ++b) {
           const BlockQ8x& xb = xq[size_t(t) * nb + b];
-          const uint8_t* blk = w.data() + size_t(r) * rb + size_t(b) * dtype_info(dt).block_bytes;
-          uint16_t dh;
-          std::memcpy(&dh, blk, 2);
-          const double dw = fp16_to_fp32(dh);
+          const Block32 wb = decode32(dt, w.data() + size_t(r) * rb, b);
           long isum[2] = {0, 0};
           double wabs[2] = {0, 0};
           for (int i = 0; i < 32; ++i) {
-            long wi;
-            if (dt == DType::Q8_0) {
-              wi = int8_t(blk[2 + i]);
-            } else if (dt == DType::Q5_0 || dt == DType::Q5_1) {  // ggml: nibble | qh bit i << 4
-              const bool m1 = dt == DType::Q5_1;
-              const uint32_t qh = uint32_t(blk[m1 ? 4 : 2]) | uint32_t(blk[m1 ? 5 : 3]) << 8 |
-                                  uint32_t(blk[m1 ? 6 : 4]) << 16 | uint32_t(blk[m1 ? 7 : 5]) << 24;
-              const uint8_t qb = blk[(m1 ? 8 : 6) + (i & 15)];
-              wi = long((i < 16 ? (qb & 0x0f) : (qb >> 4)) | ((qh >> i) & 1u) << 4) - (m1 ? 0 : 16);
-            } else {
-              const uint8_t qb = blk[(dt == DType::Q4_1 ? 4 : 2) + (i & 15)];
-              wi = (i < 16 ? (qb & 0x0f) : (qb >> 4)) - (dt == DType::Q4_0 ? 8 : 0);
-            }
-            isum[i / 16] += wi * xb.q[i];
+            isum[i / 16] += wb.q[i] * xb.q[i];
             wabs[i / 16] += std::fabs(double(wr[size_t(b) * 32 + i]));
           }
           double term = 0;
           for (int h = 0; h < 2; ++h) {
-            const double sc = double(float(float(dw) * xb.d[h]));
+            const double sc = double(float(wb.dw[h] * xb.d[h]));
             term += sc * double(isum[h]);
             mag += std::fabs(sc * double(isum[h]));
             qbound += double(xb.d[h]) / 2 * wabs[h];
           }
-          if (dt == DType::Q4_1 || dt == DType::Q5_1) {
-            uint16_t mh;
-            std::memcpy(&mh, blk + 2, 2);
-            term += double(fp16_to_fp32(mh)) * double(xb.s);
-            mag += std::fabs(double(fp16_to_fp32(mh)) * double(xb.s));
-          }
+          term += double(wb.m) * double(xb.s);
+          mag += std::fabs(double(wb.m) * double(xb.s));
           exact += term;
         }
         const double yv = y[size_t(t) * rows + r];
