@@ -1,6 +1,7 @@
 #include "gguf_import.h"
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 
 #include "kv_spec.h"
@@ -282,6 +283,33 @@ Status convert_gguf_to_pkv(const std::string& in_path, const std::string& out_pa
             return make_error(StatusCode::kInvalidFile, "%s: tensor '%s' element %zu is %s", in_path.c_str(),
                               e.name.c_str(), j, std::isnan(v[j]) ? "NaN" : "infinite");
       }
+  // Quantized tensors' f16 block scales must be finite: one NaN or infinite scale turns every
+  // product with its row into NaN, silently, at run time. (A few bytes per block: cheap.)
+  for (size_t i = 0; i < spec.tensors.size(); ++i) {
+    const TensorInfo& t = spec.tensors[i];
+    const ScaleFields f = dtype_scale_fields(t.dtype);
+    if (f.d < 0 || !data[i]) continue;
+    const DTypeInfo& info = dtype_info(t.dtype);
+    const uint64_t blocks = t.elements() / info.block_elems;
+    const uint64_t row_blocks = t.shape.back() / info.block_elems;
+    const bool k = info.block_elems == 256;
+    for (uint64_t b = 0; b < blocks; ++b) {
+      const uint8_t* blk = static_cast<const uint8_t*>(data[i]) + b * info.block_bytes;
+      for (int which = 0; which < 2; ++which) {
+        const int off = which == 0 ? f.d : f.min;
+        if (off < 0) continue;
+        uint16_t h;
+        std::memcpy(&h, blk + off, 2);
+        if ((h & 0x7c00) != 0x7c00) continue;
+        return make_error(StatusCode::kInvalidFile,
+                          "%s: tensor '%s' (%s) row %llu, %s %llu: scale %s is %s (f16 0x%04x); quantized weights need "
+                          "finite scales",
+                          in_path.c_str(), t.name.c_str(), info.name, (unsigned long long)(b / row_blocks),
+                          k ? "super-block" : "block", (unsigned long long)(b % row_blocks),
+                          which == 0 ? "d" : (k ? "dmin" : "m"), (h & 0x03ff) ? "NaN" : "infinite", unsigned(h));
+      }
+    }
+  }
   PKV_RETURN_IF_ERROR(write_model_file(out_path, spec, data));
   if (spec_out) *spec_out = std::move(spec);
   return Status::Ok();

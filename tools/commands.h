@@ -37,6 +37,7 @@ void register_inspect(CLI::App& app, int* exit_code);
 void register_run(CLI::App& app, int* exit_code);
 void register_bench(CLI::App& app, int* exit_code);
 void register_selftest(CLI::App& app, int* exit_code);
+void register_perplexity(CLI::App& app, int* exit_code);
 
 }  // namespace tools
 }  // namespace phasekv

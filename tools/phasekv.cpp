@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   register_run(app, &exit_code);
   register_bench(app, &exit_code);
   register_selftest(app, &exit_code);
+  register_perplexity(app, &exit_code);
   // CLI11 only says "A subcommand is required" for a mistyped command: name it.
   if (argc > 1 && argv[1][0] != '-' &&
       app.get_subcommands([&](const CLI::App* c) { return c->check_name(argv[1]); }).empty()) {

@@ -33,7 +33,7 @@ struct NeonDotprod {
   template <DType T>
   static D load_scales(const uint8_t* blk, int j) {
     if constexpr (kquant<T>()) {
-      const KScales k = kq_scales<T>(blk, j);
+      const KScales k = kq_scales<T, f16>(blk, j);  // the native f16 conversion
       return {k.d0, k.m, k.d1};
     } else {
       const float d = f16(blk);

@@ -35,9 +35,21 @@ struct PKV_Q8_AVX2_POLICY {
   }
   template <DType T>
   static D load_scales(const uint8_t* blk, int j) {
-    if constexpr (kquant<T>()) {
-      const KScales k = kq_scales<T>(blk, j);
-      return _mm_setr_ps(k.d0, k.m, k.d1, 0.0f);
+    // K-quants: the f16 super-scales by F16C times the sub-block's integers, exact products
+    // equal to kq_scales' (no call of the scalar f16 conversion per block).
+    if constexpr (T == DType::Q6_K) {
+      const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + q6k_scale_index(j);
+      uint16_t h;
+      std::memcpy(&h, blk + 208, 2);
+      const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(h));
+      return _mm_mul_ps(_mm_broadcastss_ps(d), _mm_cvtepi32_ps(_mm_setr_epi32(sc[0], 0, sc[1], 0)));
+    } else if constexpr (kquant<T>()) {
+      int sc, m;
+      kq_scale_min(blk + 4, j, &sc, &m);
+      uint32_t u;
+      std::memcpy(&u, blk, 4);
+      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(int(u)));  // [d, dmin, 0, 0]
+      return _mm_mul_ps(_mm_permute_ps(dm, _MM_SHUFFLE(3, 0, 1, 0)), _mm_cvtepi32_ps(_mm_setr_epi32(sc, -m, sc, 0)));
     } else {
       uint32_t u = 0;
       std::memcpy(&u, blk, has_min<T>() ? 4 : 2);  // f16 d (and f16 m), converted exactly by F16C

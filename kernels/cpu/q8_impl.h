@@ -104,25 +104,31 @@ constexpr bool has_min() {
 struct KScales {
   float d0, d1, m;
 };
-template <DType T>
+// Q4_K / Q5_K: sub-block j's 6-bit scale and minimum from the 12 packed bytes q.
+inline void kq_scale_min(const uint8_t* q, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+// Q6_K: the index of sub-block j's first 16-element scale in scales[16].
+constexpr int q6k_scale_index(int j) { return 8 * (j >> 2) + 2 * (j & 3); }
+// H: the policy's f16 -> f32 conversion (exact on every instruction set).
+template <DType T, float (*H)(const uint8_t*) = f16>
 inline KScales kq_scales(const uint8_t* sb, int j) {
   if constexpr (T == DType::Q6_K) {
     const int8_t* sc = reinterpret_cast<const int8_t*>(sb + 192);
-    const float d = f16(sb + 208);
-    const int g = 8 * (j >> 2) + 2 * (j & 3);
+    const float d = H(sb + 208);
+    const int g = q6k_scale_index(j);
     return {d * float(sc[g]), d * float(sc[g + 1]), 0.0f};
   } else {
-    const uint8_t* q = sb + 4;
     int sc, m;
-    if (j < 4) {
-      sc = q[j] & 63;
-      m = q[j + 4] & 63;
-    } else {
-      sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-      m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-    const float ds = f16(sb) * float(sc);
-    return {ds, ds, -(f16(sb + 2) * float(m))};
+    kq_scale_min(sb + 4, j, &sc, &m);
+    const float ds = H(sb) * float(sc);
+    return {ds, ds, H(sb + 2) * float(-m)};  // float(-m): +0 for m = 0, as every policy computes it
   }
 }
 // Block b of a weight row: its bytes (the super-block for K-quants) and sub-block index.

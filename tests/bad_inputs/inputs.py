@@ -382,6 +382,12 @@ def gguf_op(b, op):
             n *= x
         g.tensors.append({"name": op["name"], "ne": op["ne"], "type": 0,
                           "data": struct.pack("<%df" % n, *([_f32(op.get("fill", 0.0))] * n))})
+    elif kind == "gguf_tensor_poke":  # overwrite bytes of a tensor's data (e.g. a block's f16 scale)
+        t = g.find_tensor(op["name"])
+        d = bytearray(t["data"])
+        raw = bytes.fromhex(op["hex"])
+        d[op["at"]:op["at"] + len(raw)] = raw
+        t["data"] = bytes(d)
     elif kind == "gguf_tensor_f32":  # overwrite values of an F32 tensor
         t = g.find_tensor(op["name"])
         d = bytearray(t["data"])

@@ -83,6 +83,7 @@ class Runner:
         self.bases["tiny_qwen_gguf"] = os.path.join(data, "tiny_qwen.gguf")
         self.bases["tiny_gemma_gguf"] = os.path.join(data, "tiny_gemma.gguf")
         self.bases["tiny_iq4xs_gguf"] = os.path.join(data, "tiny_iq4xs.gguf")
+        self.bases["tiny_qwen3_gguf"] = os.path.join(data, "compressed", "tiny_cmp_qwen3.gguf")
         for name, p in list(self.bases.items()):
             if not os.path.isfile(p):
                 self.base_errors[name] = "fixture %s is missing (run ctest -R gguf_fixtures)" % p

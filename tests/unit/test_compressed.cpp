@@ -79,9 +79,10 @@ std::vector<float> final_logits_chunked(const Model& m, const std::vector<int32_
   return std::vector<float>(ctx->logits(), ctx->logits() + m.config().vocab_size);
 }
 
-std::unique_ptr<Model> tiny_with(const std::vector<std::string>& kv, const std::string& gates = "") {
+std::unique_ptr<Model> tiny_with(const std::vector<std::string>& kv, const std::string& gates = "",
+                                 const std::string& gguf = "tiny_cmp.gguf") {
   const std::string pkv = tmp_path("cmp_tiny_with.pkv");
-  Status s = convert_case(kv, gates, pkv);
+  Status s = convert_case(kv, gates, pkv, gguf);
   REQUIRE_MESSAGE(s.ok(), s.to_string());
   std::unique_ptr<Model> m;
   s = Model::load(pkv, &m);
@@ -210,7 +211,10 @@ TEST_CASE("invariants: W=S=1 uniform L=0 and sliding(L >= T) equal full attentio
 }
 
 TEST_CASE("snapshot -> restore -> continue is bit-identical to an uninterrupted run") {
-  auto m = tiny_with({"0:full", "1:sliding:L=6", "2:compressed:W=8,S=4,L=4,gate=planted:K=2,V=5"});
+  // llama, qwen2 (q/k/v biases) and qwen3 (per-head q/k norms): the state is the same kinds.
+  for (const char* gguf : {"tiny_cmp.gguf", "tiny_cmp_qwen2.gguf", "tiny_cmp_qwen3.gguf"}) {
+  INFO(gguf);
+  auto m = tiny_with({"0:full", "1:sliding:L=6", "2:compressed:W=8,S=4,L=4,gate=planted:K=2,V=5"}, "", gguf);
   const std::vector<int32_t> ids = some_ids(50, 9);
   const size_t V = m->config().vocab_size;
   auto whole = make_context(*m, 64, 16, 2);
@@ -247,10 +251,11 @@ TEST_CASE("snapshot -> restore -> continue is bit-identical to an uninterrupted 
   std::vector<uint8_t> bad = snap;
   bad[0] = 'X';
   CHECK(a->restore(bad.data(), bad.size()).message().find("bad magic") != std::string::npos);
-  auto other = tiny_with({"all:compressed:W=8,S=4,L=4"});
+  auto other = tiny_with({"all:compressed:W=8,S=4,L=4"}, "", gguf);
   auto oc = make_context(*other, 64, 16, 2);
   CHECK(oc->restore(snap.data(), snap.size()).message().find("another model or memory layout") != std::string::npos);
   CHECK(a->n_past() == 40);
+  }
 }
 
 TEST_CASE("memory plan: planned KV bytes by hand, the arena equals the plan, budgets fail with the plan") {

@@ -89,39 +89,34 @@ void operator delete[](void* p, size_t) noexcept { free(p); }
 void operator delete(void* p, std::align_val_t) noexcept { free(p); }
 void operator delete(void* p, size_t, std::align_val_t) noexcept { free(p); }
 
-int main(int argc, char** argv) {
-  if (argc < 3 || std::string(argv[1]).empty()) {
-    std::printf("skipped: no SmolLM2 GGUF (configure with -DPHASEKV_TEST_MODEL=PATH)\n");
-    return 77;
-  }
-  using namespace phasekv;
-  const std::string pkv = argv[2];
-  std::mt19937 rng(7);
-  std::vector<int32_t> prompt(1024);
-  for (int32_t& t : prompt) t = int32_t(17 + rng() % 49000);
-  int failures = 0, checks = 0;
-  // Every memory kind, and a gated, rotate-entry compressor.
-  const std::vector<std::vector<std::string>> memories = {
-      {"all:full"},
-      {"all:sliding:L=256"},
-      {"all:compressed:W=8,S=4,L=64,gate=uniform"},
-      {"0-9:full", "10-19:sliding:L=100", "20-29:compressed:W=8,S=8,L=16,rope=entry,gate=planted:K=2,V=5"},
-  };
+namespace {
+using namespace phasekv;
+
+// One model: each memory layout x kernel mode, a prompt of n_prompt tokens, n_decode decode
+// steps with a snapshot/restore, a slot save/load and scores, all armed.
+void check_model(const std::string& gguf, const std::string& pkv, const std::vector<std::vector<std::string>>& memories,
+                 int n_prompt, int n_decode, int* failures, int* checks) {
   for (const std::vector<std::string>& specs : memories)
   for (const char* kernels : {"reference", "q8"}) {
     ImportOptions o;
     o.kv_specs = specs;
     std::string kv;
     for (const std::string& x : specs) kv += (kv.empty() ? "" : " ") + x;
-    Status s = convert_gguf_to_pkv(argv[1], pkv, o);
+    Status s = convert_gguf_to_pkv(gguf, pkv, o);
     std::unique_ptr<Model> model;
     if (s.ok()) s = Model::load(pkv, &model);
     if (!s.ok()) {
-      std::printf("FAIL setup (%s): %s\n", kv.c_str(), s.to_string().c_str());
-      return 1;
+      std::printf("FAIL setup (%s, %s): %s\n", gguf.c_str(), kv.c_str(), s.to_string().c_str());
+      ++*failures;
+      ++*checks;
+      return;
     }
+    std::mt19937 rng(7);
+    const uint32_t V = model->config().vocab_size;
+    std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+    for (int32_t& t : prompt) t = int32_t(V > 49100 ? 17 + rng() % 49000 : rng() % V);
     ContextParams p = default_context_params();
-    p.n_ctx = 1024 + 256;
+    p.n_ctx = uint32_t(n_prompt + n_decode);
     p.n_batch = 256;
     p.n_threads = 2;
     p.kernels = kernels;
@@ -130,35 +125,70 @@ int main(int argc, char** argv) {
     s = Context::create(*model, p, &ctx);
     if (!s.ok()) {
       std::printf("FAIL create: %s\n", s.to_string().c_str());
-      return 1;
+      ++*failures;
+      ++*checks;
+      return;
     }
     std::vector<uint8_t> snap(size_t(ctx->planned_bytes()));  // more than any snapshot of this context
     g_calls = 0;
     g_armed = true;
     Status st = ctx->prefill(prompt.data(), prompt.size());
     size_t written = 0;
-    for (int i = 0; i < 256 && st.ok(); ++i) {
+    const int snap_at = n_decode * 100 / 256, slot_at = n_decode * 150 / 256;
+    for (int i = 0; i < n_decode && st.ok(); ++i) {
       st = ctx->decode(prompt[size_t(i)]);
-      if (st.ok() && i == 100) st = ctx->snapshot(snap.data(), snap.size(), &written);
-      if (st.ok() && i == 100) st = ctx->restore(snap.data(), written);
-      if (st.ok() && i == 150) st = ctx->save_slot(0);
-      if (st.ok() && i == 151) st = ctx->load_slot(0);
+      if (st.ok() && i == snap_at) st = ctx->snapshot(snap.data(), snap.size(), &written);
+      if (st.ok() && i == snap_at) st = ctx->restore(snap.data(), written);
+      if (st.ok() && i == slot_at) st = ctx->save_slot(0);
+      if (st.ok() && i == slot_at + 1) st = ctx->load_slot(0);
       ScoreResult sc;
       if (st.ok() && i % 50 == 0) st = ctx->score(prompt[0], &sc);
     }
     g_armed = false;
     const long calls = g_calls.load();
-    const bool ok = st.ok() && calls == 0 && ctx->n_past() == 1279;
-    std::printf("%s %s, %s kernels: 1024-token prefill + 256 decode steps + snapshot/restore + slot + scores, 2 "
+    const bool ok = st.ok() && calls == 0 && ctx->n_past() == uint32_t(n_prompt + n_decode - 1);
+    std::printf("%s %s (%s), %s kernels: %d-token prefill + %d decode steps + snapshot/restore + slot + scores, 2 "
                 "threads: %ld allocator calls\n",
-                ok ? "ok  " : "FAIL", kv.c_str(), kernels, calls);
+                ok ? "ok  " : "FAIL", kv.c_str(), model->config().architecture.c_str(), kernels, n_prompt, n_decode, calls);
     if (!st.ok()) std::printf("     %s\n", st.to_string().c_str());
-    failures += ok ? 0 : 1;
-    ++checks;
+    *failures += ok ? 0 : 1;
+    ++*checks;
     ctx.reset();
     model.reset();
     std::remove(pkv.c_str());
   }
+}
+
+}  // namespace
+
+// argv: SmolLM2 GGUF, a scratch .pkv path, then optional small GGUFs of other architectures
+// (the tiny qwen2 / qwen3 fixtures: 3 layers, 256 positions).
+int main(int argc, char** argv) {
+  if (argc < 3 || std::string(argv[1]).empty()) {
+    std::printf("skipped: no SmolLM2 GGUF (configure with -DPHASEKV_TEST_MODEL=PATH)\n");
+    return 77;
+  }
+  using namespace phasekv;
+  const std::string pkv = argv[2];
+  int failures = 0, checks = 0;
+  // Every memory kind, and a gated, rotate-entry compressor.
+  check_model(argv[1], pkv,
+              {
+                  {"all:full"},
+                  {"all:sliding:L=256"},
+                  {"all:compressed:W=8,S=4,L=64,gate=uniform"},
+                  {"0-9:full", "10-19:sliding:L=100", "20-29:compressed:W=8,S=8,L=16,rope=entry,gate=planted:K=2,V=5"},
+              },
+              1024, 256, &failures, &checks);
+  for (int i = 3; i < argc; ++i)
+    check_model(argv[i], pkv,
+                {
+                    {"all:full"},
+                    {"all:sliding:L=32"},
+                    {"all:compressed:W=8,S=4,L=16,gate=uniform"},
+                    {"0:full", "1:sliding:L=20", "2:compressed:W=8,S=8,L=16,rope=entry,gate=planted:K=2,V=5"},
+                },
+                160, 64, &failures, &checks);
   // The counter itself works: an allocation while armed is seen.
   g_calls = 0;
   g_armed = true;
