@@ -743,13 +743,16 @@ def tiny_tokens(vocab):
     return toks
 
 
-def make_tiny(path, seed=0, cfg=TINY, arch="llama"):
+def make_tiny(path, seed=0, cfg=TINY, arch="llama", vocab=None):
     """Write a small random llama, qwen2 or qwen3 GGUF (F32 weights, tied embeddings, minimal gpt2
     tokenizer), with the tensor names and metadata llama.cpp's convert_hf_to_gguf.py writes for
     that architecture (qwen2: attn_{q,k,v}.bias; qwen3: attn_{q,k}_norm.weight and an explicit
-    attention.key_length)."""
+    attention.key_length). vocab: optionally a real byte-level BPE vocabulary {"tokens", "types",
+    "merges", "pre", "bos", "eos"} (cfg["vocab"] is then its size)."""
     import gguf
     rng = np.random.default_rng(seed)
+    if vocab is not None:
+        cfg = dict(cfg, vocab=len(vocab["tokens"]))
     V, D, NL, H, HK, HD, F = (cfg[k] for k in ("vocab", "d", "layers", "heads", "kv_heads", "head_dim", "ffn"))
 
     def rnd(*shape, std=1.0):
@@ -774,12 +777,20 @@ def make_tiny(path, seed=0, cfg=TINY, arch="llama"):
     w.add_uint32(f"{a}.vocab_size", V)
     w.add_file_type(0)  # ALL_F32
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm" if arch == "llama" else "qwen2")
-    w.add_token_list(tiny_tokens(V))
-    w.add_token_types([3 if i < 3 else 1 for i in range(V)])
-    w.add_token_merges(["a b"])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    if vocab is not None:
+        w.add_tokenizer_pre(vocab["pre"])
+        w.add_token_list(vocab["tokens"])
+        w.add_token_types(vocab["types"])
+        w.add_token_merges(vocab["merges"])
+        w.add_bos_token_id(vocab["bos"])
+        w.add_eos_token_id(vocab["eos"])
+    else:
+        w.add_tokenizer_pre("smollm" if arch == "llama" else "qwen2")
+        w.add_token_list(tiny_tokens(V))
+        w.add_token_types([3 if i < 3 else 1 for i in range(V)])
+        w.add_token_merges(["a b"])
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
     w.add_add_bos_token(False)
 
     # Scales chosen so that attention is far from uniform (q.k/sqrt(hd) has std ~2) and the

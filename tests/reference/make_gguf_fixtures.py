@@ -214,6 +214,23 @@ def smollm2_facts(path, out_dir):
         json.dump(facts, f)
 
 
+def tiny_qwen3_real_vocab(path, out_dir):
+    """A tiny random qwen3 model (3 layers, d = 64) carrying SmolLM2's real 49,152-token vocabulary
+    under the qwen2 pre-tokenizer: enough words and sentences for the self-test's probes."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import compressed_ref
+    r = gguf.GGUFReader(path)
+    vocab = {
+        "tokens": r.fields["tokenizer.ggml.tokens"].contents(),
+        "types": r.fields["tokenizer.ggml.token_type"].contents(),
+        "merges": r.fields["tokenizer.ggml.merges"].contents(),
+        "pre": "qwen2",
+        "bos": int(r.fields["tokenizer.ggml.bos_token_id"].contents()),
+        "eos": int(r.fields["tokenizer.ggml.eos_token_id"].contents()),
+    }
+    compressed_ref.make_tiny(os.path.join(out_dir, "tiny_qwen3_vocab.gguf"), seed=3, arch="qwen3", vocab=vocab)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
@@ -227,6 +244,7 @@ def main():
     fixture(a.out_dir, "tiny_iq4xs", extra_tensor="iq4_xs")
     if a.smollm2:
         smollm2_facts(a.smollm2, a.out_dir)
+        tiny_qwen3_real_vocab(a.smollm2, a.out_dir)
     print("fixtures written to", a.out_dir)
 
 
