@@ -153,22 +153,26 @@ inline uint32_t qh_bits(const uint8_t* blk) {
 // once (P::load_w, P::load_scales), then NR x NT lane products and NR minimum-term FMAs. Per
 // output the sequence is the same for every tile shape, so decode (4 x 1) and prefill (P::kRows
 // x P::kTokens, with 1-token and 1-row tails) agree bit for bit.
+// The tile's loops over rows and tokens unrolled before scalar replacement, so that the
+// accumulators live in registers (GCC otherwise kept acc[][] in memory and stored all of it
+// every block: 8 stores per block and tile in the prefill kernel's disassembly).
+#define PKV_UNROLL _Pragma("GCC unroll 16")
 template <class P, DType T, int NR, int NT>
 inline void tile(const MatmulArgs& a, int r0, int t0) {
   static_assert(NT <= 4, "the minimum term keeps one lane per token, four lanes");
   const int nb = a.k / 32;
   typename P::A acc[NR][NT];
   typename P::M accm[NR];  // Q4_1: lane t = token t's sum over blocks of m_w * s_x
-  for (int r = 0; r < NR; ++r) {
-    for (int t = 0; t < NT; ++t) acc[r][t] = P::zero();
+  PKV_UNROLL for (int r = 0; r < NR; ++r) {
+    PKV_UNROLL for (int t = 0; t < NT; ++t) acc[r][t] = P::zero();
     accm[r] = P::mzero();
   }
   const uint8_t* rows[NR];
-  for (int r = 0; r < NR; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
+  PKV_UNROLL for (int r = 0; r < NR; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
   for (int b = 0; b < nb; ++b) {
     typename P::XS xs[NT];
     const BlockQ8x* xb[4];
-    for (int t = 0; t < NT; ++t) {
+    PKV_UNROLL for (int t = 0; t < NT; ++t) {
       xb[t] = a.xq + size_t(t0 + t) * nb + b;
       xs[t] = P::xscale(*xb[t]);
     }
@@ -181,19 +185,19 @@ inline void tile(const MatmulArgs& a, int r0, int t0) {
         s4 = P::load_min(xb[0]->s, xb[1]->s, xb[2]->s, xb[3]->s);
       }
     }
-    for (int r = 0; r < NR; ++r) {
+    PKV_UNROLL for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = block_at<T>(rows[r], b);
       const int j = sub_block<T>(b);
       __builtin_prefetch(rows[r] + size_t(b) * (block_bytes<T>() / (kquant<T>() ? 8 : 1)) + PKV_Q8_PREFETCH);
       const typename P::W w = P::template load_w<T>(blk, j);
       const typename P::D dm = P::template load_scales<T>(blk, j);  // d_w (and the minimum m_w)
       if constexpr (has_min<T>()) accm[r] = NT == 1 ? P::fma_min1(dm, s4, accm[r]) : P::fma_min(dm, s4, accm[r]);
-      for (int t = 0; t < NT; ++t)
+      PKV_UNROLL for (int t = 0; t < NT; ++t)
         acc[r][t] = P::fma(acc[r][t], P::template scale<T>(dm, xs[t]), P::template lanes<T>(w, xb[t]->q));
     }
   }
-  for (int r = 0; r < NR; ++r)
-    for (int t = 0; t < NT; ++t) {
+  PKV_UNROLL for (int r = 0; r < NR; ++r)
+    PKV_UNROLL for (int t = 0; t < NT; ++t) {
       float y = P::hsum(acc[r][t]);
       if constexpr (has_min<T>()) y = y + (NT == 1 ? P::mvalue1(accm[r]) : P::mvalue(accm[r], t));
       a.y[size_t(t0 + t) * a.ldy + r0 + r] = y;
