@@ -37,7 +37,7 @@ struct NeonDotprod {
       return {k.d0, k.m, k.d1};
     } else {
       const float d = f16(blk);
-      return {d, has_min<T>() ? f16(blk + 2) : 0.0f, d};
+      return {d, stored_min<T>() ? f16(blk + 2) : d * float(-offset_w<T>()), d};
     }
   }
   template <DType T>
@@ -88,7 +88,7 @@ struct NeonDotprod {
         w.val[half] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
       }
     } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
-      const uint8x16_t b = vld1q_u8(blk + (has_min<T>() ? 8 : 6));
+      const uint8x16_t b = vld1q_u8(blk + (stored_min<T>() ? 8 : 6));
       const uint32_t qh = qh_bits<T>(blk);
       // Byte j of each half = 0x10 where bit j (j + 16) of qh is set.
       static const uint8_t kBits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
@@ -100,19 +100,11 @@ struct NeonDotprod {
       const uint8x16_t hi = vorrq_u8(vshrq_n_u8(b, 4), vandq_u8(vtstq_u8(h1, bits), x10));
       w.val[0] = vreinterpretq_s8_u8(lo);
       w.val[1] = vreinterpretq_s8_u8(hi);
-      if constexpr (T == DType::Q5_0) {
-        w.val[0] = vsubq_s8(w.val[0], vdupq_n_s8(16));
-        w.val[1] = vsubq_s8(w.val[1], vdupq_n_s8(16));
-      }
     } else {
       const uint8x16_t b = vld1q_u8(blk + (T == DType::Q4_1 ? 4 : 2));
       const uint8x16_t lo = vandq_u8(b, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(b, 4);
       w.val[0] = vreinterpretq_s8_u8(lo);
       w.val[1] = vreinterpretq_s8_u8(hi);
-      if constexpr (T == DType::Q4_0) {
-        w.val[0] = vsubq_s8(w.val[0], vdupq_n_s8(8));
-        w.val[1] = vsubq_s8(w.val[1], vdupq_n_s8(8));
-      }
     }
     return w;
   }

@@ -52,8 +52,11 @@ struct PKV_Q8_AVX2_POLICY {
       return _mm_mul_ps(_mm_permute_ps(dm, _MM_SHUFFLE(3, 0, 1, 0)), _mm_cvtepi32_ps(_mm_setr_epi32(sc, -m, sc, 0)));
     } else {
       uint32_t u = 0;
-      std::memcpy(&u, blk, has_min<T>() ? 4 : 2);  // f16 d (and f16 m), converted exactly by F16C
-      return _mm_cvtph_ps(_mm_cvtsi32_si128(int(u)));
+      std::memcpy(&u, blk, stored_min<T>() ? 4 : 2);  // f16 d (and f16 m), converted exactly by F16C
+      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(int(u)));
+      if constexpr (offset_w<T>() != 0)  // [d, d, 0, 0] * [1, -offset, 0, 0]: the minimum, exact
+        return _mm_mul_ps(_mm_unpacklo_ps(dm, dm), _mm_setr_ps(1.0f, float(-offset_w<T>()), 0.0f, 0.0f));
+      return dm;
     }
   }
   template <DType T>
@@ -100,7 +103,7 @@ struct PKV_Q8_AVX2_POLICY {
       return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
     } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
       const __m256i b = _mm256_broadcastsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (has_min<T>() ? 8 : 6))));
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (stored_min<T>() ? 8 : 6))));
       const __m256i lo = _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
       // Byte j = 0x10 where bit j of qh is set: byte j takes qh's byte j / 8, masked by 1 << (j % 8).
       const __m256i q = _mm256_set1_epi32(int(qh_bits<T>(blk)));
@@ -109,23 +112,19 @@ struct PKV_Q8_AVX2_POLICY {
                               3, 3));
       const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
       const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
-      const __m256i w = _mm256_or_si256(lo, hi);
-      if constexpr (T == DType::Q5_0) return _mm256_sub_epi8(w, _mm256_set1_epi8(16));
-      return w;
+      return _mm256_or_si256(lo, hi);
     } else {
       // The 16 packed bytes in both halves (a broadcast load), the high half shifted by 4: low
       // nibbles are elements 0..15, high nibbles 16..31.
       const __m256i b = _mm256_broadcastsi128_si256(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == DType::Q4_1 ? 4 : 2))));
-      const __m256i w = _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
-      if constexpr (T == DType::Q4_0) return _mm256_sub_epi8(w, _mm256_set1_epi8(8));
-      return w;
+      return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
     }
   }
   template <DType T>
   static L lanes(W w, const int8_t* q) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-    // Q4_1's and Q5_1's weights are unsigned already; signed ones go through |w| * (x * sign(w)).
+    // Weights with a minimum are unsigned; signed ones (Q8_0, Q6_K) go through |w| * (x * sign(w)).
     const __m256i u = has_min<T>() ? w : _mm256_sign_epi8(w, w);
     const __m256i s = has_min<T>() ? x : _mm256_sign_epi8(x, w);
 #if defined(PKV_Q8_VNNI)

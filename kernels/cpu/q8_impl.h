@@ -1,11 +1,11 @@
 // The q8 matmul mode's kernels (cpu_kernels.h KernelTable::quantize_q8 / matmul_q8_rows),
 // written once over an instruction-set policy P and instantiated per instruction set. P gives:
-//   W load_w<T>(blk, j)    a weight block unpacked to 32 signed (Q4_0, Q5_0, Q8_0, Q6_K) or
-//                          unsigned (Q4_1, Q4_K: 0..15, Q5_1, Q5_K: 0..31) bytes; for K-quants blk
+//   W load_w<T>(blk, j)    a weight block unpacked to 32 signed (Q8_0, Q6_K) or unsigned
+//                          (Q4_0, Q4_1, Q4_K: 0..15, Q5_0, Q5_1, Q5_K: 0..31) bytes; for K-quants blk
 //                          is the super-block and j (0..7) the 32-element sub-block, else j = 0
 //   D load_scales<T>(blk, j)  its weight scales (d_w for elements 0..15 and 16..31: equal but for
-//                          Q6_K's 16-element scales) and minimum m_w (Q4_1, Q5_1; -dmin * m_j
-//                          for Q4_K, Q5_K), each exact: an f16 converted, or an f16 times a 6-
+//                          Q6_K's 16-element scales) and minimum m_w (Q4_1, Q5_1; -8 d, -16 d
+//                          for Q4_0, Q5_0; -dmin * m_j for Q4_K, Q5_K), each exact: an f16 converted, or an f16 times a 6-
 //                          or 8-bit integer (at most 19 significant bits, exact in f32)
 //   XS xscale(x)           a token block's two half-block scales
 //   S scale<T>(D, XS)      the lane scales: d_w,0 * d_x[0] for lanes 0..3, d_w,1 * d_x[1] for 4..7
@@ -89,11 +89,23 @@ constexpr int block_bytes() {
          : T == DType::Q5_K ? 176
                             : 210;  // Q6_K
 }
-// Types whose blocks carry a minimum (x = d q + m): their weights are unsigned, and the product
-// gains m * sum(x).
+// Q4_1 / Q5_1 store their minimum as an f16 after d.
+template <DType T>
+constexpr bool stored_min() {
+  return T == DType::Q4_1 || T == DType::Q5_1;
+}
+// Q4_0 / Q5_0 store q + 8 / q + 16: taken as unsigned q' with the minimum m = -8 d / -16 d
+// (exact), which spares the sign trick signed weights need (two instructions per row, token
+// and block).
+template <DType T>
+constexpr int offset_w() {
+  return T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : 0;
+}
+// Types multiplied as unsigned weights plus a minimum (x = d q + m): the product gains
+// m * sum(x). Q8_0 and Q6_K stay signed (Q6_K's two 16-element scales would need two minima).
 template <DType T>
 constexpr bool has_min() {
-  return T == DType::Q4_1 || T == DType::Q5_1 || T == DType::Q4_K || T == DType::Q5_K;
+  return stored_min<T>() || offset_w<T>() != 0 || T == DType::Q4_K || T == DType::Q5_K;
 }
 
 // A K-quant sub-block's scales, in plain C++ for every policy (the products are exact, so any
@@ -144,7 +156,7 @@ constexpr int sub_block(int b) {
 template <DType T>
 inline uint32_t qh_bits(const uint8_t* blk) {
   uint32_t qh;
-  std::memcpy(&qh, blk + (has_min<T>() ? 4 : 2), 4);
+  std::memcpy(&qh, blk + (stored_min<T>() ? 4 : 2), 4);
   return qh;
 }
 
@@ -296,7 +308,7 @@ struct Portable {
       return {k.d0, k.m, k.d1};
     } else {
       const float d = f16(blk);
-      return {d, has_min<T>() ? f16(blk + 2) : 0.0f, d};
+      return {d, stored_min<T>() ? f16(blk + 2) : d * float(-offset_w<T>()), d};
     }
   }
   template <DType T>
@@ -329,18 +341,16 @@ struct Portable {
         w.v[i] = int8_t((((ql[i] >> (4 * (q >> 1))) & 0x0f) | (((qh[i] >> (2 * q)) & 3) << 4)) - 32);
     } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
       const uint32_t qh = qh_bits<T>(blk);
-      const uint8_t* qs = blk + (has_min<T>() ? 8 : 6);
-      const int off = T == DType::Q5_0 ? 16 : 0;
+      const uint8_t* qs = blk + (stored_min<T>() ? 8 : 6);
       for (int i = 0; i < 16; ++i) {
-        w.v[i] = int8_t(((qs[i] & 0x0f) | int((qh >> i) & 1u) << 4) - off);
-        w.v[i + 16] = int8_t(((qs[i] >> 4) | int((qh >> (i + 16)) & 1u) << 4) - off);
+        w.v[i] = int8_t((qs[i] & 0x0f) | int((qh >> i) & 1u) << 4);
+        w.v[i + 16] = int8_t((qs[i] >> 4) | int((qh >> (i + 16)) & 1u) << 4);
       }
     } else {
       const uint8_t* qs = blk + (T == DType::Q4_1 ? 4 : 2);
-      const int off = T == DType::Q4_0 ? 8 : 0;
       for (int i = 0; i < 16; ++i) {
-        w.v[i] = int8_t((qs[i] & 0x0f) - off);
-        w.v[i + 16] = int8_t((qs[i] >> 4) - off);
+        w.v[i] = int8_t(qs[i] & 0x0f);
+        w.v[i + 16] = int8_t(qs[i] >> 4);
       }
     }
     return w;

@@ -59,6 +59,7 @@ std::vector<uint8_t> weights(DType t, int rows, int k, std::mt19937& rng, size_t
 // Block b (32 elements) of a weight row, decoded independently of the kernels from ggml's
 // layouts (the K-quants in the element order of ggml's dequantize_row_q*_K loops): the 32
 // integers, the weight scale of elements 0..15 and 16..31, and the minimum (x = d q + m).
+// Q4_0 / Q5_0 as the q8 mode takes them: d (q - 8) = d q + (-8 d), q unsigned.
 struct Block32 {
   long q[32];
   float dw[2];
@@ -128,13 +129,15 @@ Block32 decode32(DType dt, const uint8_t* row, int b) {
       const uint32_t qh = uint32_t(blk[m1 ? 4 : 2]) | uint32_t(blk[m1 ? 5 : 3]) << 8 | uint32_t(blk[m1 ? 6 : 4]) << 16 |
                           uint32_t(blk[m1 ? 7 : 5]) << 24;
       const uint8_t qb = blk[(m1 ? 8 : 6) + (i & 15)];
-      o.q[i] = long((i < 16 ? (qb & 0x0f) : (qb >> 4)) | ((qh >> i) & 1u) << 4) - (m1 ? 0 : 16);
+      o.q[i] = long((i < 16 ? (qb & 0x0f) : (qb >> 4)) | ((qh >> i) & 1u) << 4);
     } else {
       const uint8_t qb = blk[(dt == DType::Q4_1 ? 4 : 2) + (i & 15)];
-      o.q[i] = (i < 16 ? (qb & 0x0f) : (qb >> 4)) - (dt == DType::Q4_0 ? 8 : 0);
+      o.q[i] = (i < 16 ? (qb & 0x0f) : (qb >> 4));
     }
   }
   if (dt == DType::Q4_1 || dt == DType::Q5_1) o.m = h2f(blk + 2);
+  if (dt == DType::Q4_0) o.m = -8.0f * o.dw[0];
+  if (dt == DType::Q5_0) o.m = -16.0f * o.dw[0];
   return o;
 }
 
