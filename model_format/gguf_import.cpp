@@ -164,6 +164,37 @@ std::string base_name(const std::string& path) {
 
 }  // namespace
 
+// Quantized tensors' f16 block scales must be finite: one NaN or infinite scale turns every
+// product with its row into NaN, silently, at run time. (A few bytes per block: cheap.)
+static Status check_block_scales(const std::vector<TensorInfo>& tensors, const std::vector<const void*>& data) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo& t = tensors[i];
+    const ScaleFields f = dtype_scale_fields(t.dtype);
+    if (f.d < 0 || !data[i] || t.shape.empty()) continue;
+    const DTypeInfo& info = dtype_info(t.dtype);
+    const uint64_t blocks = t.elements() / info.block_elems;
+    const uint64_t row_blocks = t.shape.back() / info.block_elems;
+    const bool k = info.block_elems == 256;
+    for (uint64_t b = 0; b < blocks; ++b) {
+      const uint8_t* blk = static_cast<const uint8_t*>(data[i]) + b * info.block_bytes;
+      for (int which = 0; which < 2; ++which) {
+        const int off = which == 0 ? f.d : f.min;
+        if (off < 0) continue;
+        uint16_t h;
+        std::memcpy(&h, blk + off, 2);
+        if ((h & 0x7c00) != 0x7c00) continue;
+        return make_error(StatusCode::kInvalidFile,
+                          "tensor '%s' (%s) row %llu, %s %llu: scale %s is %s (f16 0x%04x); quantized weights need "
+                          "finite scales",
+                          t.name.c_str(), info.name, (unsigned long long)(b / row_blocks), k ? "super-block" : "block",
+                          (unsigned long long)(b % row_blocks), which == 0 ? "d" : (k ? "dmin" : "m"),
+                          (h & 0x03ff) ? "NaN" : "infinite", unsigned(h));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec, std::vector<const void*>* data,
                    std::vector<std::vector<float>>* owned) {
   ModelSpec s;
@@ -252,6 +283,7 @@ Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec
   PKV_RETURN_IF_ERROR(g.get_string("general.name", &s.provenance.source_name, &found));
   s.provenance.converter = kConverterVersion;
   (void)has_rope_freqs;
+  PKV_RETURN_IF_ERROR(check_block_scales(s.tensors, ptrs));
   *spec = std::move(s);
   *data = std::move(ptrs);
   return Status::Ok();
@@ -283,33 +315,6 @@ Status convert_gguf_to_pkv(const std::string& in_path, const std::string& out_pa
             return make_error(StatusCode::kInvalidFile, "%s: tensor '%s' element %zu is %s", in_path.c_str(),
                               e.name.c_str(), j, std::isnan(v[j]) ? "NaN" : "infinite");
       }
-  // Quantized tensors' f16 block scales must be finite: one NaN or infinite scale turns every
-  // product with its row into NaN, silently, at run time. (A few bytes per block: cheap.)
-  for (size_t i = 0; i < spec.tensors.size(); ++i) {
-    const TensorInfo& t = spec.tensors[i];
-    const ScaleFields f = dtype_scale_fields(t.dtype);
-    if (f.d < 0 || !data[i]) continue;
-    const DTypeInfo& info = dtype_info(t.dtype);
-    const uint64_t blocks = t.elements() / info.block_elems;
-    const uint64_t row_blocks = t.shape.back() / info.block_elems;
-    const bool k = info.block_elems == 256;
-    for (uint64_t b = 0; b < blocks; ++b) {
-      const uint8_t* blk = static_cast<const uint8_t*>(data[i]) + b * info.block_bytes;
-      for (int which = 0; which < 2; ++which) {
-        const int off = which == 0 ? f.d : f.min;
-        if (off < 0) continue;
-        uint16_t h;
-        std::memcpy(&h, blk + off, 2);
-        if ((h & 0x7c00) != 0x7c00) continue;
-        return make_error(StatusCode::kInvalidFile,
-                          "%s: tensor '%s' (%s) row %llu, %s %llu: scale %s is %s (f16 0x%04x); quantized weights need "
-                          "finite scales",
-                          in_path.c_str(), t.name.c_str(), info.name, (unsigned long long)(b / row_blocks),
-                          k ? "super-block" : "block", (unsigned long long)(b % row_blocks),
-                          which == 0 ? "d" : (k ? "dmin" : "m"), (h & 0x03ff) ? "NaN" : "infinite", unsigned(h));
-      }
-    }
-  }
   PKV_RETURN_IF_ERROR(write_model_file(out_path, spec, data));
   if (spec_out) *spec_out = std::move(spec);
   return Status::Ok();
