@@ -85,9 +85,11 @@ def run_checks(a):
         m = j["memory"]
         check(j["depth"] == 40 and j["n_ctx"] == 44 and j["decode_tok_s"]["mean"] > 0, "bench depth JSON: " + out)
         # Every page is touched at creation: the RSS growth is the arena (give or take 1 MiB of
-        # allocator bookkeeping and page rounding).
+        # allocator bookkeeping and page rounding; under AddressSanitizer also the shadow of the
+        # touched arena, one byte per eight: measured 4.50 MB for a 3.41 MB plan).
         check(m["context_bytes_allocated"] == m["context_bytes_planned"], "allocated == planned")
-        check(abs(m["context_rss_bytes_measured"] - m["context_bytes_planned"]) < (1 << 20),
+        tol = (1 << 20) + (m["context_bytes_planned"] // 8 if a.sanitized else 0)
+        check(abs(m["context_rss_bytes_measured"] - m["context_bytes_planned"]) < tol,
               "measured RSS growth %d vs planned %d" % (m["context_rss_bytes_measured"], m["context_bytes_planned"]))
     rc, _, err = run(["run", "-m", smol, "-p", "x", "-c", "2048", "--budget", "1MiB"])
     check(rc == 2 and "over its memory budget" in err and "context arena (total)" in err,
