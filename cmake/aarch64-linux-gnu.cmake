@@ -13,7 +13,13 @@ set(CMAKE_IGNORE_PATH /usr/lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/cmake)
 # pkg-config (PCRE2) must read the arm64 .pc files.
 set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig")
 
+# The emulator runs the binaries against the arm64 multiarch runtime (libc6:arm64: its
+# /lib/ld-linux-aarch64.so.1 and /usr/lib/aarch64-linux-gnu/libc.so.6, both of one glibc build),
+# never with `-L /usr/aarch64-linux-gnu`: that prefix gives the cross toolchain's loader
+# (libc6-arm64-cross 2.36-8cross1) while the host's ld.so.cache still resolves libc.so.6 to the
+# multiarch build (2.36-9+deb12u14), and a loader and libc of two builds make the first
+# pthread_create of a dynamically linked program spin forever (`run -t 2` never finished).
 find_program(PHASEKV_QEMU_AARCH64 qemu-aarch64)
 if(PHASEKV_QEMU_AARCH64)
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${PHASEKV_QEMU_AARCH64} -L /usr/aarch64-linux-gnu)
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${PHASEKV_QEMU_AARCH64})
 endif()

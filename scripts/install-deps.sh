@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what PhaseKV needs to build and test on Debian 12, skipping what is already present.
 # Idempotent; run as root (or with sudo available).
-# Usage: scripts/install-deps.sh [--python] [--cross] [--fuzz]
+# Usage: scripts/install-deps.sh [--python] [--cross] [--cross-cuda] [--fuzz]
 #   --python  also create the Python test venv (gguf, numpy) under $PHASEKV_CACHE/venv
 #   --cross   also the aarch64 cross compiler, arm64 multiarch libraries and qemu-aarch64
 #             (the jetson-cross preset)
+#   --cross-cuda  --cross, plus an aarch64 (SBSA) CUDA 13 target tree for the jetson-cross-cuda
+#             preset, from NVIDIA's PyPI wheels, under $PHASEKV_CACHE/cuda-cross (scripts/cuda-cross.sh)
 #   --fuzz    also clang and libFuzzer (the fuzz preset)
 set -euo pipefail
 
@@ -26,8 +28,9 @@ for arg in "$@"; do
   case "$arg" in
     --python) WANT_PYTHON=1 ;;
     --cross) WANT_CROSS=1 ;;
+    --cross-cuda) WANT_CROSS=1; WANT_CROSS_CUDA=1 ;;
     --fuzz) WANT_FUZZ=1 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -37,8 +40,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 if [ "$WANT_CROSS" = 1 ]; then
   # Cross build for Jetson (aarch64): compiler, emulator, and the :arm64 builds of the libraries
   # the runtime and tools link (header-only packages serve both architectures).
-  PKGS+=(g++-aarch64-linux-gnu qemu-user
-         libflatbuffers-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64 libssl-dev:arm64)
+  PKGS+=(g++-aarch64-linux-gnu qemu-user file
+         libc6:arm64 libstdc++6:arm64 libflatbuffers-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64 libssl-dev:arm64)
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     $SUDO dpkg --add-architecture arm64
   fi
@@ -78,4 +81,8 @@ if [ "$WANT_PYTHON" = 1 ]; then
   else
     echo "[install-deps] Python venv present: $VENV"
   fi
+fi
+
+if [ "${WANT_CROSS_CUDA:-0}" = 1 ]; then
+  "$(dirname "$0")/cuda-cross.sh"
 fi

@@ -6,17 +6,23 @@
 #      without a GPU) and runs every test through ctest;
 #   2. builds the CPU configuration under AddressSanitizer + UndefinedBehaviorSanitizer and
 #      runs the whole suite again (the bad-file and bad-GGUF cases included);
-#   3. cross-compiles the CPU configuration for aarch64 (Jetson; preset jetson-cross) and runs
-#      the emulated test set under qemu-aarch64;
-#   4. builds the libFuzzer targets (preset fuzz, clang) and runs each for a short smoke
+#   3. cross-compiles for aarch64 (Jetson) and runs the whole test set under qemu-aarch64: with
+#      nvcc, the CUDA-enabled JetPack 7 binary (preset jetson-cross-cuda: device code for sm_87
+#      and sm_110, linked against NVIDIA's aarch64 CUDA 13 wheels, which install-deps.sh
+#      --cross-cuda caches), checked for its architecture, cubins and needed libraries; without
+#      nvcc, the CPU-only configuration (preset jetson-cross);
+#   4. builds the unit tests under ThreadSanitizer (preset tsan) and runs the threaded ones;
+#   5. builds the libFuzzer targets (preset fuzz, clang) and runs each for a short smoke
 #      (FUZZ_SECONDS, default 60) on a copy of its seed corpus.
-# PHASEKV_SKIP_CROSS=1 / PHASEKV_SKIP_FUZZ=1 leave out steps 3 / 4.
+# PHASEKV_SKIP_CROSS=1 / PHASEKV_SKIP_TSAN=1 / PHASEKV_SKIP_FUZZ=1 leave out steps 3 / 4 / 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
 
 t0=$(date +%s)
-scripts/install-deps.sh --python --cross --fuzz
+DEPS=(--python --cross --fuzz)
+if command -v nvcc >/dev/null 2>&1 && [ "${PHASEKV_SKIP_CROSS:-0}" != 1 ]; then DEPS+=(--cross-cuda); fi
+scripts/install-deps.sh "${DEPS[@]}"
 MODEL=$(scripts/fetch-model.sh)
 JOBS=$(nproc)
 
@@ -30,13 +36,24 @@ cmake --preset asan -DPHASEKV_TEST_MODEL="$MODEL" >/dev/null
 cmake --build --preset asan -j "$JOBS"
 
 if [ "${PHASEKV_SKIP_CROSS:-0}" != 1 ]; then
-  echo "== build: jetson-cross (aarch64, g++-aarch64-linux-gnu)"
+  if [ "$MAIN" = host-cuda ]; then CROSS=jetson-cross-cuda; else CROSS=jetson-cross; fi
+  echo "== build: $CROSS (aarch64, g++-aarch64-linux-gnu)"
   t1=$(date +%s)
-  cmake --preset jetson-cross >/dev/null
-  cmake --build --preset jetson-cross -j "$JOBS"
-  echo "== ctest: jetson-cross (under qemu-aarch64)"
-  ctest --preset jetson-cross -j "$JOBS"
-  echo "== jetson-cross: $(( $(date +%s) - t1 )) s"
+  cmake --preset "$CROSS" >/dev/null
+  cmake --build --preset "$CROSS" -j "$JOBS"
+  echo "== ctest: $CROSS (under qemu-aarch64)"
+  ctest --preset "$CROSS" -j "$JOBS"
+  echo "== $CROSS: $(( $(date +%s) - t1 )) s"
+fi
+
+if [ "${PHASEKV_SKIP_TSAN:-0}" != 1 ]; then
+  echo "== build: tsan (ThreadSanitizer, unit tests)"
+  t1=$(date +%s)
+  cmake --preset tsan >/dev/null
+  cmake --build --preset tsan -j "$JOBS"
+  echo "== ctest: tsan (the threaded tests)"
+  ctest --preset tsan -j "$JOBS"
+  echo "== tsan: $(( $(date +%s) - t1 )) s"
 fi
 
 if [ "${PHASEKV_SKIP_FUZZ:-0}" != 1 ]; then

@@ -21,7 +21,7 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-EMULATOR = []  # e.g. ['qemu-aarch64', '-L', '/usr/aarch64-linux-gnu'] for a cross build
+EMULATOR = []  # e.g. ['qemu-aarch64'] for a cross build
 
 
 def run(args):
@@ -183,7 +183,7 @@ def main():
     ap.add_argument("--tmp", required=True)
     ap.add_argument("--smollm2", default="", help="SmolLM2 GGUF for the run/bench checks (skipped when empty)")
     ap.add_argument("--emulator", default="",
-                    help="command that runs the binary (cross builds: 'qemu-aarch64 -L /usr/aarch64-linux-gnu')")
+                    help="command that runs the binary (cross builds: 'qemu-aarch64')")
     ap.add_argument("--sanitized", action="store_true",
                     help="the binary is an ASan/UBSan build: run the self-test on a smaller design")
     a = ap.parse_args()
@@ -261,6 +261,24 @@ def main():
     check(rc == 2 and "/nonexistent.pkv" in err, "missing file: " + err)
     rc, _, err = run(["inspect", gguf])
     check(rc == 2 and "phasekv convert" in err, "GGUF given to inspect: " + err)
+
+    # Threads: 1, 2 and 3 threads decode the same tokens (both kernel modes); in a cross build
+    # this is the multi-threaded engine run under qemu-aarch64. Backends: with no CUDA device
+    # (or no driver, or no CUDA in the build) auto runs on the CPU with the CPU's tokens, and
+    # cuda is refused at creation, naming why, with nothing printed on stdout.
+    base = ["run", "-m", pkv, "-p", " the", "-n", "12", "--greedy", "-c", "64"]
+    for kernels in ("reference", "q8"):
+        rc, want, err = run(base + ["-t", "1", "--backend", "cpu", "--kernels", kernels])
+        check(rc == 0 and want.strip() != "", "run -t 1 --kernels %s: %s" % (kernels, err))
+        for t in ("2", "3"):
+            rc, out, err = run(base + ["-t", t, "--kernels", kernels])
+            check(rc == 0 and out == want, "--kernels %s -t %s decodes the -t 1 tokens: %r vs %r %s"
+                  % (kernels, t, out, want, err))
+    if not os.path.exists("/dev/nvidiactl"):
+        rc, out, err = run(base + ["-t", "2", "--backend", "auto", "--kernels", "q8"])
+        check(rc == 0 and out == want, "--backend auto without a CUDA device runs on the CPU: " + err)
+        rc, out, err = run(base + ["-t", "1", "--backend", "cuda"])
+        check(rc == 2 and "backend = cuda: " in err and out == "", "--backend cuda without a device: %d %s" % (rc, err))
     os.remove(pkv)
 
     # Planted and trained gates.
