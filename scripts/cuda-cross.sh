@@ -32,7 +32,7 @@ ROOT="$CACHE/cuda-cross/sbsa-13.0"
 STAMP="$ROOT/.phasekv-wheels"
 
 case "${1:-}" in
-  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
   "") ;;
   *) echo "cuda-cross.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
 esac

@@ -30,7 +30,7 @@ for arg in "$@"; do
     --cross) WANT_CROSS=1 ;;
     --cross-cuda) WANT_CROSS=1; WANT_CROSS_CUDA=1 ;;
     --fuzz) WANT_FUZZ=1 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
