@@ -62,6 +62,16 @@ const char* pkv_status_string(pkv_status s) {
   return phasekv::status_code_name(static_cast<phasekv::StatusCode>(static_cast<int>(s)));
 }
 
+const char* pkv_version_string(void) { return PHASEKV_VERSION_STRING; }
+
+int pkv_has_cuda(void) {
+#if PHASEKV_HAVE_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 pkv_status pkv_model_load(const char* path, pkv_model** out) {
   PKV_CHECK_ARG(path && out, "pkv_model_load: path and out must not be NULL");
   return guarded([&] {

@@ -44,6 +44,11 @@ typedef struct pkv_detokenizer pkv_detokenizer;
 const char* pkv_last_error(void);
 /* Name of a status code, e.g. "invalid argument". */
 const char* pkv_status_string(pkv_status status);
+/* The library's version, "MAJOR.MINOR.PATCH" (the installed package's; the shared library's
+ * SONAME is libphasekv.so.MAJOR.MINOR while MAJOR is 0). */
+const char* pkv_version_string(void);
+/* Whether this build of the library has the CUDA backend (1) or is CPU-only (0). */
+int pkv_has_cuda(void);
 
 /* ---- Model ---------------------------------------------------------------------------- */
 
