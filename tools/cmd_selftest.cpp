@@ -354,8 +354,9 @@ int run_selftest_cmd(const SelftestArgs& a) {
   std::vector<double> acc(P, 0.0);
   for (const ProtocolResult& p : res.protocols)
     for (uint32_t r = 0; r < P; ++r) acc[r] += p.summary.residues[r].accuracy / double(res.protocols.size());
-  uint32_t best = 0;
-  for (uint32_t r = 1; r < P; ++r)
+  // The strongest residue; a tie keeps the slot's own phase (moving it would buy nothing).
+  uint32_t best = res.t0 % P;
+  for (uint32_t r = 0; r < P; ++r)
     if (acc[r] > acc[best]) best = r;
   json map = json::array();
   std::vector<std::string> advice;
@@ -370,13 +371,25 @@ int run_selftest_cmd(const SelftestArgs& a) {
       advice.push_back(line);
     }
   }
-  const uint32_t pad = (best + P - res.t0 % P) % P;
+  // Padding is advised only where it helps: some residue is weak and the slot does not already
+  // start on the strongest one. With nothing flagged, the phase needs no change.
+  const bool change_needed = !res.flagged.empty() && best != res.t0 % P;
+  const uint32_t pad = change_needed ? (best + P - res.t0 % P) % P : 0;
   {
     char line[320];
-    std::snprintf(line, sizeof line,
-                  "The slot starts at token %u (phase %u). Adding %u neutral token%s before the slot moves its start "
-                  "to the strongest residue %u.",
-                  res.t0, res.t0 % P, pad, pad == 1 ? "" : "s", best);
+    if (res.flagged.empty())
+      std::snprintf(line, sizeof line,
+                    "No residue is weak: the slot (starting at token %u, phase %u) needs no change.", res.t0,
+                    res.t0 % P);
+    else if (!change_needed)
+      std::snprintf(line, sizeof line,
+                    "The slot starts at token %u, on the strongest residue %u: no padding is needed before it.",
+                    res.t0, best);
+    else
+      std::snprintf(line, sizeof line,
+                    "The slot starts at token %u (phase %u). Adding %u neutral token%s before the slot moves its "
+                    "start to the strongest residue %u.",
+                    res.t0, res.t0 % P, pad, pad == 1 ? "" : "s", best);
     advice.push_back(line);
     // Complementary phases: a copy of a fact shifted by d tokens moves from residue r to r + d.
     for (int32_t f : res.flagged) {
@@ -394,7 +407,10 @@ int run_selftest_cmd(const SelftestArgs& a) {
                    {"prefix_tokens", res.prefix_tokens},
                    {"suffix_tokens", res.suffix_tokens},
                    {"map", map},
-                   {"advice", {{"strongest_residue", best}, {"pad_tokens_before_slot", pad}, {"text", advice}}}};
+                   {"advice", {{"strongest_residue", best},
+                               {"change_needed", change_needed},
+                               {"pad_tokens_before_slot", pad},
+                               {"text", advice}}}};
   j["protocols"] = protocols_json(res);
   j["flagged"] = res.flagged;
   j["probe_digest"] = hex64(res.probe_digest);

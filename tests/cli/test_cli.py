@@ -127,6 +127,11 @@ def selftest_checks(a, smol):
         # Control: full attention has no phase, so nothing may be flagged (a false alarm has
         # probability <= alpha per run; this seed is fixed).
         check(j["flagged"] == [], "full-KV model flags nothing: %s" % j["flagged"])
+        # ... and then no padding is advised (a tie between residues must not move the slot).
+        adv = j["template"]["advice"]
+        check(adv["change_needed"] is False and adv["pad_tokens_before_slot"] == 0 and
+              any("needs no change" in x for x in adv["text"]) and not any("neutral token" in x for x in adv["text"]),
+              "no weak residue, no padding advice: %s" % adv)
         if not a.sanitized:
             c = j["control"]
             check(c is not None and c["probe_digest"] == j["probe_digest"], "control on the same probes")

@@ -84,6 +84,18 @@ def main():
                 others = [x for r, x in enumerate(A) if r != 5]
                 check(A[5] == min(A) and A[5] + 0.2 < sum(others) / 7,
                       "%s: residue 5 lowest, far below the others' mean: %s" % (pr, A))
+            # With a weak residue the advice moves the slot onto the strongest one, unless it is there.
+            t = j["template"]
+            adv = t["advice"]
+            mean = [sum(acc[pr][r] for pr in acc) / len(acc) for r in range(8)]
+            check(mean[adv["strongest_residue"]] >= max(mean) - 1e-9, "advice: strongest residue %d, means %s"
+                  % (adv["strongest_residue"], mean))
+            if adv["strongest_residue"] != t["phase"]:
+                check(adv["change_needed"] and adv["pad_tokens_before_slot"] ==
+                      (adv["strongest_residue"] - t["t0"]) % 8 and any("neutral token" in x for x in adv["text"]),
+                      "advice pads the slot onto the strongest residue: %s" % adv)
+            else:
+                check(not adv["change_needed"] and adv["pad_tokens_before_slot"] == 0, "advice: already strongest %s" % adv)
 
         # The q8 kernels (8-bit activations) on the same probes: the weak residue must be found the
         # same way, and each residue's hits stay within 3 of the reference mode's (12 probes each).

@@ -171,8 +171,18 @@ def check_relations(r):
         check(m["weak"] == (m["residue"] in r["flagged"]), "template.map offset %d: weak disagrees with flagged" % m["offset"])
     a = t["advice"]
     check(0 <= a["strongest_residue"] < P, "advice.strongest_residue out of 0..P-1")
-    check(a["pad_tokens_before_slot"] == (a["strongest_residue"] - t["t0"]) % P,
-          "advice.pad_tokens_before_slot %d != (strongest - t0) mod P" % a["pad_tokens_before_slot"])
+    accs = [m["accuracy"] for m in sorted(t["map"], key=lambda m: m["residue"])]
+    check(all(accs[a["strongest_residue"]] >= x for x in accs), "advice.strongest_residue is not the most accurate")
+    check(accs[t["phase"]] < accs[a["strongest_residue"]] or a["strongest_residue"] == t["phase"],
+          "a tie with the slot's own phase moved the slot")
+    want_change = bool(r["flagged"]) and a["strongest_residue"] != t["phase"]
+    check(a["change_needed"] == want_change, "advice.change_needed %s, expected %s" % (a["change_needed"], want_change))
+    if want_change:
+        check(a["pad_tokens_before_slot"] == (a["strongest_residue"] - t["t0"]) % P,
+              "advice.pad_tokens_before_slot %d != (strongest - t0) mod P" % a["pad_tokens_before_slot"])
+    else:
+        check(a["pad_tokens_before_slot"] == 0, "padding advised where nothing is weak or the slot is already strongest")
+        check(not any("neutral token" in x for x in a["text"]), "advice text asks for padding: %s" % a["text"])
 
     g = r["gates"]
     for c in g["checks"]:
