@@ -415,21 +415,30 @@ uint32_t lcm_u(uint32_t a, uint32_t b) { return a / std::gcd(a, b) * b; }
 
 }  // namespace
 
+Status phase_period(const ModelSpec& spec, uint32_t* period, std::vector<uint32_t>* strides) {
+  uint32_t P = 1;
+  std::vector<uint32_t> st;
+  for (const AttentionMemory& m : spec.layers)
+    if (m.kind == MemoryKind::Compressed) {
+      if (std::find(st.begin(), st.end(), m.stride) == st.end()) st.push_back(m.stride);
+      P = lcm_u(P, m.stride);
+      if (P > 4096) return make_error(StatusCode::kUnsupported, "the strides' lcm exceeds 4096");
+    }
+  std::sort(st.begin(), st.end());
+  *period = P;
+  if (strides) *strides = std::move(st);
+  return Status::Ok();
+}
+
 Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult* out) {
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   SelftestResult r;
   // Period: lcm of the compressed strides, an override, or a scan sweep.
   uint32_t P = 1;
-  for (const AttentionMemory& m : model.spec().layers) {
-    if (m.kind == MemoryKind::Compressed) {
-      if (std::find(r.strides.begin(), r.strides.end(), m.stride) == r.strides.end()) r.strides.push_back(m.stride);
-      P = lcm_u(P, m.stride);
-      if (P > 4096) return make_error(StatusCode::kUnsupported, "the strides' lcm exceeds 4096");
-    }
+  PKV_RETURN_IF_ERROR(phase_period(model.spec(), &P, &r.strides));
+  for (const AttentionMemory& m : model.spec().layers)
     if (m.kind != MemoryKind::Full) r.max_local = std::max(r.max_local, m.local);
-  }
-  std::sort(r.strides.begin(), r.strides.end());
   if (o.period > 0) {
     P = uint32_t(o.period);
     r.period_source = "override";

@@ -164,4 +164,8 @@ struct SelftestResult {
 // small for the probe design, period 1, ... (kInvalidArgument, with the reason).
 Status run_selftest(const Model& model, const SelftestOptions& opts, SelftestResult* out);
 
+// The model's phase period: the lcm of its compressed layers' strides (their distinct strides,
+// ascending, in *strides), 1 when no layer is compressed. kUnsupported above 4096.
+Status phase_period(const ModelSpec& spec, uint32_t* period, std::vector<uint32_t>* strides);
+
 }  // namespace phasekv

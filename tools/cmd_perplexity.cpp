@@ -40,14 +40,9 @@ struct PerplexityArgs {
 };
 
 int run_perplexity(const PerplexityArgs& a) {
-  struct stat st;
-  if (stat(a.file.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    return report("perplexity", make_error(StatusCode::kIoError, "cannot read -f '%s': it is a directory", a.file.c_str()));
-  std::ifstream f(a.file, std::ios::binary);
-  if (!f) return report("perplexity", make_error(StatusCode::kIoError, "cannot read -f '%s'", a.file.c_str()));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
+  std::string text;
+  Status rs = read_text_file("-f", a.file, &text);
+  if (!rs.ok()) return report("perplexity", rs);
 
   std::unique_ptr<Model> model;
   Status s = Model::load(a.model, &model);

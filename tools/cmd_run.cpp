@@ -37,14 +37,8 @@ struct RunArgs {
 
 int run_run(RunArgs a) {
   if (!a.file.empty()) {
-    struct stat st;
-    if (stat(a.file.c_str(), &st) == 0 && S_ISDIR(st.st_mode))  // opens, then reads as empty
-      return report("run", make_error(StatusCode::kIoError, "cannot read -f '%s': it is a directory", a.file.c_str()));
-    std::ifstream f(a.file, std::ios::binary);
-    if (!f) return report("run", make_error(StatusCode::kIoError, "cannot read -f '%s'", a.file.c_str()));
-    std::stringstream ss;
-    ss << f.rdbuf();
-    a.prompt = ss.str();
+    Status rs = read_text_file("-f", a.file, &a.prompt);
+    if (!rs.ok()) return report("run", rs);
   }
   std::unique_ptr<Model> model;
   Status s = Model::load(a.model, &model);

@@ -246,15 +246,8 @@ int run_selftest_cmd(const SelftestArgs& a) {
     if (!s.ok()) return report(cmd, s);
     o.template_label = "chat";
   } else if (!a.template_file.empty()) {
-    struct stat st;
-    if (stat(a.template_file.c_str(), &st) == 0 && S_ISDIR(st.st_mode))  // opens, then reads as empty
-      return report(cmd, make_error(StatusCode::kIoError, "cannot read --template '%s': it is a directory",
-                                    a.template_file.c_str()));
-    std::ifstream f(a.template_file, std::ios::binary);
-    if (!f) return report(cmd, make_error(StatusCode::kIoError, "cannot read --template '%s'", a.template_file.c_str()));
-    std::stringstream ss;
-    ss << f.rdbuf();
-    o.template_text = ss.str();
+    s = read_text_file("--template", a.template_file, &o.template_text);
+    if (!s.ok()) return report(cmd, s);
     o.template_label = a.template_file;
   }
   o.probe_tokens = a.ctx;

@@ -18,6 +18,12 @@ constexpr int kExitBadInput = 2;    // usage errors, bad files, bad arguments, I
 // Prints "phasekv <command>: error: ..." to stderr and maps the status to an exit code.
 int report(const char* command, const Status& s);
 
+// Reads a text input named by an option (-f, --template) whole. Refused with kIoError naming
+// the option and path: a missing or unreadable file, a directory, anything that is not a
+// regular file (a FIFO or device would block or never end), a file over kMaxTextFileBytes.
+constexpr size_t kMaxTextFileBytes = size_t(64) << 20;
+Status read_text_file(const char* option, const std::string& path, std::string* out);
+
 // --backend / --device / --cuda-weights, shared by run, bench, selftest and inspect.
 struct BackendOptions {
   std::string backend = "cpu";
@@ -38,6 +44,7 @@ void register_run(CLI::App& app, int* exit_code);
 void register_bench(CLI::App& app, int* exit_code);
 void register_selftest(CLI::App& app, int* exit_code);
 void register_perplexity(CLI::App& app, int* exit_code);
+void register_tokenize(CLI::App& app, int* exit_code);
 
 }  // namespace tools
 }  // namespace phasekv

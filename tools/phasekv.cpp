@@ -1,6 +1,12 @@
 // phasekv: the PhaseKV command-line tool (convert, inspect, run, bench, selftest).
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
 
 #include "commands.h"
 
@@ -17,6 +23,27 @@ int report(const char* command, const Status& s) {
     default:
       return kExitBadInput;
   }
+}
+
+Status read_text_file(const char* option, const std::string& path, std::string* out) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0)
+    return make_error(StatusCode::kIoError, "cannot read %s '%s': %s", option, path.c_str(), std::strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    return make_error(StatusCode::kIoError, "cannot read %s '%s': it is a directory", option, path.c_str());
+  if (!S_ISREG(st.st_mode))
+    return make_error(StatusCode::kIoError, "cannot read %s '%s': not a regular file", option, path.c_str());
+  if (uint64_t(st.st_size) > kMaxTextFileBytes)
+    return make_error(StatusCode::kIoError, "cannot read %s '%s': %llu bytes, at most %zu MiB are read", option,
+                      path.c_str(), static_cast<unsigned long long>(st.st_size), kMaxTextFileBytes >> 20);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return make_error(StatusCode::kIoError, "cannot read %s '%s'", option, path.c_str());
+  std::string text(size_t(st.st_size), '\0');
+  f.read(text.data(), std::streamsize(text.size()));
+  if (size_t(f.gcount()) != text.size())
+    return make_error(StatusCode::kIoError, "cannot read %s '%s': short read", option, path.c_str());
+  *out = std::move(text);
+  return Status::Ok();
 }
 
 void add_backend_options(CLI::App* cmd, BackendOptions* o, const char* kernels_default) {
@@ -70,6 +97,7 @@ int main(int argc, char** argv) {
   register_bench(app, &exit_code);
   register_selftest(app, &exit_code);
   register_perplexity(app, &exit_code);
+  register_tokenize(app, &exit_code);
   // CLI11 only says "A subcommand is required" for a mistyped command: name it.
   if (argc > 1 && argv[1][0] != '-' &&
       app.get_subcommands([&](const CLI::App* c) { return c->check_name(argv[1]); }).empty()) {

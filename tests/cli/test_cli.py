@@ -55,6 +55,27 @@ def run_checks(a):
     rc, out, err = run(["run", "-m", smol, "-p", "Hi", "--chat", "-n", "4", "--seed", "3", "-t", "1"])
     rc2, out2, _ = run(["run", "-m", smol, "-p", "Hi", "--chat", "-n", "4", "--seed", "3", "-t", "2"])
     check(rc == 0 and rc2 == 0 and out == out2, "same seed, same text across thread counts")
+    # tokenize against the Hugging Face tokenizer's ids (tokenizer_ref.json, written by the
+    # tokenizers package), in all three output forms.
+    ref = os.path.join(a.data, "tokenizer_ref.json")
+    if os.path.exists(ref):
+        cases = [c for c in json.load(open(ref))["cases"] if c["text"] and "\0" not in c["text"]][:12]
+        for c in cases:
+            rc, out, err = run(["tokenize", "-m", smol, "-p", c["text"], "--no-bos", "--no-special", "--json"])
+            check(rc == 0 and json.loads(out)["ids"] == c["ids"], "tokenize %r: %s vs HF %s" % (c["text"], out[:300], c["ids"]))
+            rc, out, _ = run(["tokenize", "-m", smol, "-p", c["text"], "--no-bos", "--no-special", "--ids"])
+            check(rc == 0 and json.loads(out) == c["ids"], "tokenize --ids %r: %s" % (c["text"], out))
+            rc, out, _ = run(["tokenize", "-m", smol, "-p", c["text"], "--no-bos", "--no-special"])
+            lines = out.strip().split("\n")
+            check(rc == 0 and lines[-1] == "Total number of tokens: %d" % len(c["ids"]) and
+                  [int(l.split(" -> ")[0]) for l in lines[:-1]] == c["ids"], "tokenize table %r: %s" % (c["text"], out))
+        check(len(cases) >= 8, "tokenizer_ref.json has cases")
+    else:
+        print("skipped: tokenize against tokenizer_ref.json (not generated)")
+    rc, out, _ = run(["tokenize", "-m", smol, "-p", "<|im_start|>user", "--json"])
+    rc2, out2, _ = run(["tokenize", "-m", smol, "-p", "<|im_start|>user", "--json", "--no-special"])
+    check(rc == 0 and rc2 == 0 and json.loads(out)["tokens"][0]["special"] and json.loads(out)["count"] == 2 and
+          not any(t["special"] for t in json.loads(out2)["tokens"]), "specials parsed unless --no-special")
     rc, _, err = run(["run", "-m", smol, "-p", "x", "-t", "0"])
     check(rc == 2 and "n_threads = 0" in err, "-t 0: " + err)
     rc, _, err = run(["run", "-m", smol, "-p", "one two three four five six", "-c", "4"])
@@ -124,6 +145,17 @@ def selftest_checks(a, smol):
         check(j["period"] == int(period) and j["template"]["t0"] == 3 and j["template"]["phase"] == 3 % int(period),
               "selftest JSON basics")
         check(j["timings"]["prefill_tokens"] < j["timings"]["naive_prefill_tokens"], "shared prefixes are reused")
+        # tokenize --template reports the self-test's T0 and phase for the same template.
+        rc3, out3, err3 = run(["tokenize", "-m", smol, "--template", tpl, "--period", period, "--json"])
+        if rc3 == 0:
+            tj = json.loads(out3)
+            check(tj["t0"] == j["template"]["t0"] == len(tj["prefix"]) and tj["phase"] == j["template"]["phase"] and
+                  tj["suffix_tokens"] == j["template"]["suffix_tokens"], "tokenize --template = selftest's T0: " + out3[:400])
+        else:
+            check(False, "tokenize --template: " + err3)
+        rc3, out3, _ = run(["tokenize", "-m", smol, "--template", tpl])
+        check(rc3 == 0 and "T0 = 3" in out3 and "no compressed layer" in out3 and "{{content}}" in out3,
+              "tokenize --template text: " + out3)
         # Control: full attention has no phase, so nothing may be flagged (a false alarm has
         # probability <= alpha per run; this seed is fixed).
         check(j["flagged"] == [], "full-KV model flags nothing: %s" % j["flagged"])
@@ -284,6 +316,24 @@ def main():
         check(rc == 0 and out == want, "--backend auto without a CUDA device runs on the CPU: " + err)
         rc, out, err = run(base + ["-t", "1", "--backend", "cuda"])
         check(rc == 2 and "backend = cuda: " in err and out == "", "--backend cuda without a device: %d %s" % (rc, err))
+    # tokenize: argument errors and inputs that are not regular files (no model content needed).
+    rc, out, _ = run(["tokenize", "--help"])
+    check(rc == 0 and "--template" in out and "--ids" in out, "tokenize --help")
+    rc, _, err = run(["tokenize", "-m", pkv])
+    check(rc == 2 and "exactly one of -p TEXT, -f FILE and --template FILE (0 given)" in err, "tokenize without input: " + err)
+    rc, _, err = run(["tokenize", "-m", pkv, "-p", "x", "-f", gguf])
+    check(rc == 2 and "(2 given)" in err, "tokenize with two inputs: " + err)
+    rc, _, err = run(["tokenize", "-m", pkv, "-f", a.tmp])
+    check(rc == 2 and "it is a directory" in err, "tokenize -f DIR: " + err)
+    rc, _, err = run(["tokenize", "-m", pkv, "-f", "/dev/zero"])
+    check(rc == 2 and "not a regular file" in err, "tokenize -f /dev/zero: " + err)
+    rc, out, err = run(["tokenize", "-m", pkv, "-p", " the", "--json"])
+    if rc == 0:
+        j = json.loads(out)
+        check(j["count"] == len(j["ids"]) == len(j["tokens"]) and [t["id"] for t in j["tokens"]] == j["ids"],
+              "tokenize --json: count, ids and tokens agree: " + out)
+    else:
+        check(False, "tokenize -p: " + err)
     os.remove(pkv)
 
     # Planted and trained gates.
