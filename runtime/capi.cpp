@@ -147,6 +147,31 @@ pkv_status pkv_detokenizer_push(pkv_detokenizer* d, int32_t token, char* buf, si
   });
 }
 
+pkv_status pkv_chat_tokenize(const pkv_model* model, const pkv_chat_message* messages, size_t n_messages,
+                             int add_generation_prompt, int add_bos, int32_t* tokens, size_t capacity,
+                             size_t* n_tokens) {
+  PKV_CHECK_ARG(model && (messages || n_messages == 0) && n_tokens, "pkv_chat_tokenize: bad arguments");
+  return guarded([&] {
+    std::vector<phasekv::ChatMessage> msgs;
+    for (size_t i = 0; i < n_messages; ++i) {
+      if (!messages[i].role || !messages[i].content)
+        return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_chat_tokenize: a message has a NULL role or content");
+      msgs.push_back({messages[i].role, messages[i].content});
+    }
+    const phasekv::Tokenizer& tok = model->m->tokenizer();
+    std::vector<int32_t> ids;
+    if (add_bos && tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
+    phasekv::Status s =
+        phasekv::encode_chat(tok, model->m->spec().chat_template, msgs, add_generation_prompt != 0, &ids);
+    if (!s.ok()) return fail(s);
+    *n_tokens = ids.size();
+    if (ids.size() > capacity || (!tokens && !ids.empty()))
+      return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_chat_tokenize: capacity is smaller than *n_tokens");
+    if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
+    return PKV_OK;
+  });
+}
+
 pkv_status pkv_chat_apply_template(const pkv_model* model, const pkv_chat_message* messages, size_t n_messages,
                                    int add_generation_prompt, char* buf, size_t capacity, size_t* len) {
   PKV_CHECK_ARG(model && (messages || n_messages == 0) && len, "pkv_chat_apply_template: bad arguments");

@@ -84,9 +84,21 @@ typedef struct pkv_chat_message {
   const char* content; /* UTF-8 */
 } pkv_chat_message;
 
-/* Renders messages with the model's chat template (families: chatml, llama3). *len receives the
- * rendered length (without NUL); if len + 1 exceeds capacity nothing is written and
- * PKV_ERR_INVALID_ARGUMENT is returned. Encode the result with parse_special = 1. */
+/* Token ids of a conversation in the model's chat template (families: chatml, llama3): what to
+ * prefill. The template's markers are special tokens; every message's role and content is
+ * encoded as plain text, whatever it spells -- a user who types "<|im_end|><|im_start|>system"
+ * gets those characters, not a forged system turn. BOS first when add_bos and the model adds
+ * one. *n_tokens receives the count; if it exceeds capacity nothing is written and
+ * PKV_ERR_INVALID_ARGUMENT is returned (call with capacity 0 to size the buffer). */
+pkv_status pkv_chat_tokenize(const pkv_model* model, const pkv_chat_message* messages, size_t n_messages,
+                             int add_generation_prompt, int add_bos, int32_t* tokens, size_t capacity,
+                             size_t* n_tokens);
+
+/* Renders messages with the model's chat template as text, for display and logs. *len receives
+ * the rendered length (without NUL); if len + 1 exceeds capacity nothing is written and
+ * PKV_ERR_INVALID_ARGUMENT is returned. To run a conversation use pkv_chat_tokenize: encoding
+ * this text with parse_special = 1 would turn special-token text inside a message into real
+ * control tokens, and with parse_special = 0 the template's own markers would not be special. */
 pkv_status pkv_chat_apply_template(const pkv_model* model, const pkv_chat_message* messages, size_t n_messages,
                                    int add_generation_prompt, char* buf, size_t capacity, size_t* len);
 

@@ -92,6 +92,19 @@ int32_t Tokenizer::find(const std::string& text) const {
 }
 
 Status Tokenizer::encode(std::string_view text, bool parse_special, std::vector<int32_t>* out) const {
+  return encode_impl(text, parse_special, nullptr, out);
+}
+
+Status Tokenizer::encode_masked(std::string_view text, const std::vector<uint8_t>& special_ok,
+                                std::vector<int32_t>* out) const {
+  if (special_ok.size() != text.size())
+    return make_error(StatusCode::kInvalidArgument, "special-token mask of %zu bytes for a text of %zu",
+                      special_ok.size(), text.size());
+  return encode_impl(text, true, &special_ok, out);
+}
+
+Status Tokenizer::encode_impl(std::string_view text, bool parse_special, const std::vector<uint8_t>* special_ok,
+                              std::vector<int32_t>* out) const {
   const int64_t bad = utf8_first_invalid(text);
   if (bad >= 0)
     return make_error(StatusCode::kInvalidArgument, "text is not valid UTF-8 (byte 0x%02x at offset %lld)",
@@ -104,6 +117,11 @@ Status Tokenizer::encode(std::string_view text, bool parse_special, std::vector<
       for (int32_t id : specials_by_length_) {
         const std::string& s = tokens_[size_t(id)];
         if (text.compare(i, s.size(), s) == 0) {
+          // With a mask, a special counts only where all of its bytes may be special.
+          if (special_ok && std::find(special_ok->begin() + std::ptrdiff_t(i),
+                                      special_ok->begin() + std::ptrdiff_t(i + s.size()), 0) !=
+                                special_ok->begin() + std::ptrdiff_t(i + s.size()))
+            continue;
           hit = id;
           break;
         }

@@ -27,6 +27,11 @@ class Tokenizer {
   // Encodes UTF-8 `text`. Invalid UTF-8 is an error naming the byte offset. BOS/EOS are not
   // added here (the caller decides; see add_bos()).
   Status encode(std::string_view text, bool parse_special, std::vector<int32_t>* out) const;
+  // As encode with parse_special, but a special token's text counts as that token only where
+  // special_ok (one flag per byte of text) is set on all of its bytes; elsewhere it is plain
+  // text. The runs between accepted specials are encoded whole, exactly as encode does.
+  Status encode_masked(std::string_view text, const std::vector<uint8_t>& special_ok,
+                       std::vector<int32_t>* out) const;
   // Concatenated bytes of the tokens (specials as their text). Can end in a partial UTF-8
   // sequence; use StreamDecoder for text shown to people.
   Status decode(const std::vector<int32_t>& ids, std::string* out) const;
@@ -44,6 +49,8 @@ class Tokenizer {
 
  protected:
   Tokenizer() = default;
+  Status encode_impl(std::string_view text, bool parse_special, const std::vector<uint8_t>* special_ok,
+                     std::vector<int32_t>* out) const;
   // Encodes one run of text that contains no special token.
   virtual Status encode_plain(std::string_view text, std::vector<int32_t>* out) const = 0;
   virtual void append_token_bytes(int32_t id, std::string* out) const = 0;

@@ -25,6 +25,7 @@ struct RunArgs {
   std::string file;
   int n_predict = 128;
   bool chat = false;
+  bool no_special = false;
   std::string system;
   uint32_t ctx = 0;
   uint64_t budget = 0;
@@ -40,25 +41,41 @@ int run_run(RunArgs a) {
     Status rs = read_text_file("-f", a.file, &a.prompt);
     if (!rs.ok()) return report("run", rs);
   }
+  if (!a.system.empty() && !a.chat)
+    return report("run", make_error(StatusCode::kInvalidArgument,
+                                    "--system is a message of the chat template: it needs --chat"));
+  if (a.no_special && a.chat)
+    return report("run", make_error(StatusCode::kInvalidArgument,
+                                    "--no-special is for a raw prompt: --chat never parses specials in messages"));
   std::unique_ptr<Model> model;
   Status s = Model::load(a.model, &model);
   if (!s.ok()) return report("run", s);
   const Tokenizer& tok = model->tokenizer();
 
-  std::string text = a.prompt;
-  bool parse_special = false;
+  std::vector<int32_t> ids;
+  if (tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
   if (a.chat) {
+    // The messages are untrusted text: whatever they spell ("<|im_end|>", "<|im_start|>system")
+    // they are encoded as plain text; only the template's own markers are special tokens.
+    for (const auto& t : {std::make_pair("prompt", &a.prompt), std::make_pair("--system", &a.system)}) {
+      const int64_t bad = utf8_first_invalid(*t.second);
+      if (bad >= 0)
+        return report("run", make_error(StatusCode::kInvalidArgument,
+                                        "%s: text is not valid UTF-8 (byte 0x%02x at offset %lld)", t.first,
+                                        unsigned(static_cast<unsigned char>((*t.second)[size_t(bad)])),
+                                        static_cast<long long>(bad)));
+    }
     std::vector<ChatMessage> msgs;
     if (!a.system.empty()) msgs.push_back({"system", a.system});
     msgs.push_back({"user", a.prompt});
-    s = apply_chat_template(model->spec().chat_template, msgs, true, &text);
+    s = encode_chat(tok, model->spec().chat_template, msgs, true, &ids);
     if (!s.ok()) return report("run", s.with_context("--chat"));
-    parse_special = true;  // the template's own special tokens; the user text is inside it
+  } else {
+    // A raw prompt is the developer's own text: special tokens written in it are parsed, as
+    // llama.cpp does, unless --no-special.
+    s = tok.encode(a.prompt, !a.no_special, &ids);
+    if (!s.ok()) return report("run", s.with_context("prompt"));
   }
-  std::vector<int32_t> ids;
-  if (tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
-  s = tok.encode(text, parse_special, &ids);
-  if (!s.ok()) return report("run", s.with_context("prompt"));
   if (ids.empty()) return report("run", make_error(StatusCode::kInvalidArgument, "the prompt is empty (-p or -f)"));
 
   ContextParams cp = default_context_params();
@@ -145,6 +162,9 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate at most")->default_val(128)->check(CLI::Range(0, 1 << 24));
   cmd->add_flag("--chat", a->chat, "Wrap the prompt as a user message in the model's chat template");
   cmd->add_option("--system", a->system, "System message for --chat (default: the template's own)");
+  cmd->add_flag("--no-special", a->no_special,
+                "Encode special-token text in a raw -p/-f prompt as plain text (default: parsed, as llama.cpp; "
+                "--chat messages are never parsed)");
   cmd->add_option("-c,--ctx", a->ctx, "Context length (default: min(model max, 4096))");
   cmd->add_option("--budget", a->budget,
                   "Memory budget of the context (e.g. 64MiB, 1GB; default: none): over it, the run stops at "
