@@ -52,6 +52,29 @@ pkv_status guarded(F&& f) {
 #define PKV_CHECK_ARG(cond, msg) \
   if (!(cond)) return fail(PKV_ERR_INVALID_ARGUMENT, msg)
 
+// The C messages as the runtime's; a NULL role or content is refused, naming the function.
+pkv_status chat_messages(const char* fn, const pkv_chat_message* messages, size_t n,
+                         std::vector<phasekv::ChatMessage>* out) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!messages[i].role || !messages[i].content)
+      return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                      "%s: message %zu has a NULL role or content", fn, i));
+    out->push_back({messages[i].role, messages[i].content});
+  }
+  return PKV_OK;
+}
+
+// Hands ids to the caller: *n_tokens always, the ids only when they fit in capacity.
+pkv_status copy_tokens(const char* fn, const std::vector<int32_t>& ids, int32_t* tokens, size_t capacity,
+                       size_t* n_tokens) {
+  *n_tokens = ids.size();
+  if (ids.size() > capacity || (!tokens && !ids.empty()))
+    return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument, "%s: capacity is smaller than *n_tokens",
+                                    fn));
+  if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
+  return PKV_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -101,11 +124,7 @@ pkv_status pkv_tokenize(const pkv_model* model, const char* text, size_t text_le
     if (add_bos && tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
     phasekv::Status s = tok.encode(std::string_view(text ? text : "", text_len), parse_special != 0, &ids);
     if (!s.ok()) return fail(s);
-    *n_tokens = ids.size();
-    if (ids.size() > capacity || (!tokens && !ids.empty()))
-      return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_tokenize: capacity is smaller than *n_tokens");
-    if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
-    return PKV_OK;
+    return copy_tokens("pkv_tokenize", ids, tokens, capacity, n_tokens);
   });
 }
 
@@ -153,22 +172,15 @@ pkv_status pkv_chat_tokenize(const pkv_model* model, const pkv_chat_message* mes
   PKV_CHECK_ARG(model && (messages || n_messages == 0) && n_tokens, "pkv_chat_tokenize: bad arguments");
   return guarded([&] {
     std::vector<phasekv::ChatMessage> msgs;
-    for (size_t i = 0; i < n_messages; ++i) {
-      if (!messages[i].role || !messages[i].content)
-        return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_chat_tokenize: a message has a NULL role or content");
-      msgs.push_back({messages[i].role, messages[i].content});
-    }
+    pkv_status st = chat_messages("pkv_chat_tokenize", messages, n_messages, &msgs);
+    if (st != PKV_OK) return st;
     const phasekv::Tokenizer& tok = model->m->tokenizer();
     std::vector<int32_t> ids;
     if (add_bos && tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
     phasekv::Status s =
         phasekv::encode_chat(tok, model->m->spec().chat_template, msgs, add_generation_prompt != 0, &ids);
     if (!s.ok()) return fail(s);
-    *n_tokens = ids.size();
-    if (ids.size() > capacity || (!tokens && !ids.empty()))
-      return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_chat_tokenize: capacity is smaller than *n_tokens");
-    if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
-    return PKV_OK;
+    return copy_tokens("pkv_chat_tokenize", ids, tokens, capacity, n_tokens);
   });
 }
 
@@ -177,11 +189,8 @@ pkv_status pkv_chat_apply_template(const pkv_model* model, const pkv_chat_messag
   PKV_CHECK_ARG(model && (messages || n_messages == 0) && len, "pkv_chat_apply_template: bad arguments");
   return guarded([&] {
     std::vector<phasekv::ChatMessage> msgs;
-    for (size_t i = 0; i < n_messages; ++i) {
-      if (!messages[i].role || !messages[i].content)
-        return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_chat_apply_template: a message has a NULL role or content");
-      msgs.push_back({messages[i].role, messages[i].content});
-    }
+    pkv_status st = chat_messages("pkv_chat_apply_template", messages, n_messages, &msgs);
+    if (st != PKV_OK) return st;
     std::string out;
     phasekv::Status s =
         phasekv::apply_chat_template(model->m->spec().chat_template, msgs, add_generation_prompt != 0, &out);
