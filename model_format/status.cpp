@@ -13,6 +13,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kOutOfMemory: return "out of memory";
     case StatusCode::kBudgetExceeded: return "memory budget exceeded";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kCancelled: return "cancelled";
   }
   return "unknown status";
 }

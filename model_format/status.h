@@ -20,6 +20,7 @@ enum class StatusCode : int {
   kOutOfMemory = 5,      // an allocation or a planned arena could not be had
   kBudgetExceeded = 6,   // the memory plan exceeds the configured budget
   kInternal = 7,         // a bug in PhaseKV
+  kCancelled = 8,        // the caller asked a long operation to stop (a progress callback)
 };
 
 const char* status_code_name(StatusCode code);

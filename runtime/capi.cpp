@@ -7,16 +7,21 @@
 #include "context.h"
 #include "phasekv.h"
 #include "sampler.h"
-#include "selftest.h"
+#include "selftest_report.h"
 
 struct pkv_model {
   std::unique_ptr<phasekv::Model> m;
+  std::string path;  // for the self-test's control, which loads the file's full-attention twin
 };
 struct pkv_context {
   std::unique_ptr<phasekv::Context> c;
 };
 struct pkv_sampler {
   phasekv::Sampler s;
+};
+struct pkv_selftest_report {
+  phasekv::SelftestReport r;
+  std::string digest, control_digest;
 };
 struct pkv_detokenizer {
   explicit pkv_detokenizer(const phasekv::Tokenizer& t) : d(t) {}
@@ -101,6 +106,7 @@ pkv_status pkv_model_load(const char* path, pkv_model** out) {
     std::unique_ptr<pkv_model> m(new pkv_model());
     phasekv::Status s = phasekv::Model::load(path, &m->m);
     if (!s.ok()) return fail(s);
+    m->path = path;
     *out = m.release();
     return PKV_OK;
   });
@@ -307,6 +313,7 @@ void pkv_sampler_accept(pkv_sampler* s, int32_t token) {
 pkv_selftest_params pkv_selftest_default_params(void) {
   const phasekv::SelftestOptions o;
   pkv_selftest_params p;
+  std::memset(&p, 0, sizeof p);
   p.template_text = nullptr;
   p.chat = 0;
   p.probe_tokens = o.probe_tokens;
@@ -320,34 +327,100 @@ pkv_selftest_params pkv_selftest_default_params(void) {
   p.records = o.records;
   p.backend = PKV_BACKEND_CPU;
   p.device = 0;
+  p.progress = nullptr;
+  p.progress_user_data = nullptr;
+  p.control = 0;
+  p.gate_min_acc = -1;
+  p.gate_max_gap = -1;
   return p;
 }
+
+}  // extern "C"
+
+namespace {
+
+pkv_status selftest_options(const char* fn, const pkv_model* model, const pkv_selftest_params* params,
+                            phasekv::SelftestOptions* out) {
+  phasekv::SelftestOptions o;
+  if (params->chat) {
+    phasekv::Status s = phasekv::chat_probe_template(*model->m, &o.template_text);
+    if (!s.ok()) return fail(s);
+    o.template_label = "chat";
+  } else if (params->template_text) {
+    o.template_text = params->template_text;
+    o.template_label = "(caller's template)";
+  }
+  o.probe_tokens = params->probe_tokens;
+  o.records = params->records;
+  o.samples = params->samples;
+  o.budget_s = params->budget_s;
+  o.seed = params->seed;
+  o.period = params->period;
+  o.delta = params->delta;
+  o.alpha = params->alpha;
+  o.n_threads = params->n_threads;
+  if (params->backend < PKV_BACKEND_CPU || params->backend > PKV_BACKEND_AUTO)
+    return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                    "%s: backend = %d is not a pkv_backend (0 cpu, 1 cuda, 2 auto)", fn,
+                                    int(params->backend)));
+  o.backend = phasekv::BackendKind(params->backend);
+  o.device = params->device;
+  if (params->progress) {
+    const pkv_selftest_progress_fn fn_cb = params->progress;
+    void* const user = params->progress_user_data;
+    o.progress = [fn_cb, user](const phasekv::SelftestProgress& p) {
+      pkv_selftest_progress cp;
+      cp.done = p.done;
+      cp.total = p.total;
+      cp.elapsed_s = p.elapsed_s;
+      cp.eta_s = p.eta_s;
+      cp.phase = p.phase;
+      cp.control = p.control ? 1 : 0;
+      return fn_cb(&cp, user) == 0;
+    };
+  }
+  *out = std::move(o);
+  return PKV_OK;
+}
+
+std::string hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
+  return b;
+}
+
+const phasekv::SelftestResult* report_run(const pkv_selftest_report* rep, int32_t control) {
+  if (!rep) return nullptr;
+  if (control == 0) return &rep->r.run;
+  if (control == 1 && rep->r.has_control) return &rep->r.control;
+  return nullptr;
+}
+
+pkv_status report_protocol(const char* fn, const pkv_selftest_report* rep, int32_t control, int32_t protocol,
+                           const phasekv::ProtocolResult** out) {
+  const phasekv::SelftestResult* run = report_run(rep, control);
+  if (!run)
+    return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                    "%s: control = %d: %s", fn, int(control),
+                                    !rep ? "the report is NULL" : control == 1 ? "the report has no control run"
+                                                                               : "not 0 or 1"));
+  if (protocol < 0 || size_t(protocol) >= run->protocols.size())
+    return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument, "%s: protocol = %d is outside [0, %zu)",
+                                    fn, int(protocol), run->protocols.size()));
+  *out = &run->protocols[size_t(protocol)];
+  return PKV_OK;
+}
+
+}  // namespace
+
+extern "C" {
 
 pkv_status pkv_selftest_run(const pkv_model* model, const pkv_selftest_params* params, pkv_selftest_result* out) {
   PKV_CHECK_ARG(model && params && out, "pkv_selftest_run: model, params and out are required");
   return guarded([&] {
     phasekv::SelftestOptions o;
-    if (params->chat) {
-      phasekv::Status s = phasekv::chat_probe_template(*model->m, &o.template_text);
-      if (!s.ok()) return fail(s);
-    } else if (params->template_text) {
-      o.template_text = params->template_text;
-    }
-    o.probe_tokens = params->probe_tokens;
-    o.records = params->records;
-    o.samples = params->samples;
-    o.budget_s = params->budget_s;
-    o.seed = params->seed;
-    o.period = params->period;
-    o.delta = params->delta;
-    o.alpha = params->alpha;
-    o.n_threads = params->n_threads;
-    if (params->backend < PKV_BACKEND_CPU || params->backend > PKV_BACKEND_AUTO)
-      return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
-                                      "pkv_selftest_run: backend = %d is not a pkv_backend (0 cpu, 1 cuda, 2 auto)",
-                                      int(params->backend)));
-    o.backend = phasekv::BackendKind(params->backend);
-    o.device = params->device;
+    const pkv_status st = selftest_options("pkv_selftest_run", model, params, &o);
+    if (st != PKV_OK) return st;
     phasekv::SelftestResult r;
     phasekv::Status s = phasekv::run_selftest(*model->m, o, &r);
     if (!s.ok()) return fail(s);
@@ -373,6 +446,214 @@ pkv_status pkv_selftest_run(const pkv_model* model, const pkv_selftest_params* p
     out->seconds = r.seconds;
     return PKV_OK;
   });
+}
+
+pkv_status pkv_selftest_run_report(const pkv_model* model, const pkv_selftest_params* params,
+                                   pkv_selftest_report** out) {
+  PKV_CHECK_ARG(model && params && out, "pkv_selftest_run_report: model, params and out are required");
+  *out = nullptr;
+  return guarded([&] {
+    phasekv::SelftestOptions o;
+    const pkv_status st = selftest_options("pkv_selftest_run_report", model, params, &o);
+    if (st != PKV_OK) return st;
+    std::unique_ptr<phasekv::Model> twin;
+    if (params->control) {
+      phasekv::Model::LoadOptions lo;
+      lo.full_attention = true;
+      phasekv::Status s = phasekv::Model::load(model->path, lo, &twin);
+      if (!s.ok()) return fail(s.with_context("control"));
+    }
+    phasekv::SelftestGates gates;
+    gates.min_acc = params->gate_min_acc;
+    gates.max_gap = params->gate_max_gap;
+    std::unique_ptr<pkv_selftest_report> rep(new pkv_selftest_report());
+    phasekv::Status s = phasekv::run_selftest_report(*model->m, twin.get(), o, gates, &rep->r);
+    if (!s.ok()) return fail(s);
+    rep->digest = hex64(rep->r.run.probe_digest);
+    if (rep->r.has_control) rep->control_digest = hex64(rep->r.control.probe_digest);
+    *out = rep.release();
+    return PKV_OK;
+  });
+}
+
+void pkv_selftest_report_free(pkv_selftest_report* report) { delete report; }
+
+pkv_status pkv_selftest_report_overview(const pkv_selftest_report* report, pkv_selftest_overview* out) {
+  PKV_CHECK_ARG(report && out, "pkv_selftest_report_overview: report and out are required");
+  const phasekv::SelftestReport& r = report->r;
+  const phasekv::SelftestResult& run = r.run;
+  std::memset(out, 0, sizeof *out);
+  out->period = run.period;
+  out->period_source = run.period_source.c_str();
+  out->strides = run.strides.data();
+  out->n_strides = uint32_t(run.strides.size());
+  out->max_local = run.max_local;
+  out->min_distance = run.min_distance;
+  out->n_layers = r.n_layers;
+  out->n_memories = uint32_t(r.memories.size());
+  out->t0 = run.t0;
+  out->phase = run.period ? run.t0 % run.period : 0;
+  out->prefix_tokens = run.prefix_tokens;
+  out->suffix_tokens = run.suffix_tokens;
+  out->flagged = run.flagged.data();
+  out->n_flagged = uint32_t(run.flagged.size());
+  out->probe_digest = report->digest.c_str();
+  out->kernels = run.kernels.c_str();
+  out->samples_per_stage = run.protocols.empty() ? 0 : run.protocols[0].clusters;
+  out->n_protocols = int32_t(run.protocols.size());
+  out->strongest_residue = r.advice.strongest_residue;
+  out->change_needed = r.advice.change_needed ? 1 : 0;
+  out->pad_tokens_before_slot = r.advice.pad_tokens_before_slot;
+  out->n_advice = uint32_t(r.advice.text.size());
+  out->n_complementary = uint32_t(r.advice.complementary.size());
+  out->has_control = r.has_control ? 1 : 0;
+  out->compression_gap = r.compression_gap;
+  out->control_flagged = r.control.flagged.data();
+  out->n_control_flagged = uint32_t(r.control.flagged.size());
+  out->control_probe_digest = report->control_digest.c_str();
+  out->n_control_memories = uint32_t(r.control_memories.size());
+  out->pass = r.pass ? 1 : 0;
+  out->n_gate_checks = uint32_t(r.checks.size());
+  out->min_accuracy = r.min_accuracy;
+  out->max_gap = r.max_gap;
+  out->probes = r.probes;
+  out->prefill_tokens = r.prefill_tokens;
+  out->naive_prefill_tokens = r.naive_prefill_tokens;
+  out->seconds = r.seconds;
+  return PKV_OK;
+}
+
+pkv_status pkv_selftest_report_protocol(const pkv_selftest_report* report, int32_t control, int32_t protocol,
+                                        pkv_selftest_protocol* out) {
+  PKV_CHECK_ARG(out, "pkv_selftest_report_protocol: out is required");
+  const phasekv::ProtocolResult* p = nullptr;
+  const pkv_status st = report_protocol("pkv_selftest_report_protocol", report, control, protocol, &p);
+  if (st != PKV_OK) return st;
+  const phasekv::selftest::Summary& s = p->summary;
+  std::memset(out, 0, sizeof *out);
+  out->name = phasekv::protocol_name(p->protocol);
+  out->clusters = p->clusters;
+  out->probes = int64_t(2) * p->clusters * s.n_residues;
+  out->mean_accuracy = s.mean_accuracy;
+  out->mean_ci_lo = s.mean_bootstrap.ci.lo;
+  out->mean_ci_hi = s.mean_bootstrap.ci.hi;
+  out->min_accuracy = s.worst.naive_min;
+  out->argmin = s.worst.naive_argmin;
+  out->min_accuracy_split = s.worst.split_min;
+  out->deficit = s.worst.naive_deficit;
+  out->deficit_split = s.worst.split_deficit;
+  out->gap = s.gap.gap;
+  out->gap_null = s.gap.expected_null_gap;
+  out->sd = s.gap.sd;
+  out->gap_rel = s.gap.relative_gap;
+  out->cochran_p = s.cochran.p;
+  out->mde = s.mde;
+  out->icc = s.icc;
+  out->period_detected = p->period_scan.detected ? 1 : 0;
+  out->detected_period = p->period_scan.period;
+  out->period_p = p->period_scan.scan_p;
+  out->n_period_candidates = uint32_t(p->period_scan.candidates.size());
+  out->flagged = p->flagged.data();
+  out->n_flagged = uint32_t(p->flagged.size());
+  return PKV_OK;
+}
+
+pkv_status pkv_selftest_report_residue(const pkv_selftest_report* report, int32_t control, int32_t protocol,
+                                       uint32_t residue, pkv_selftest_residue* out) {
+  PKV_CHECK_ARG(out, "pkv_selftest_report_residue: out is required");
+  const phasekv::ProtocolResult* p = nullptr;
+  const pkv_status st = report_protocol("pkv_selftest_report_residue", report, control, protocol, &p);
+  if (st != PKV_OK) return st;
+  const phasekv::selftest::Summary& s = p->summary;
+  if (residue >= uint32_t(s.n_residues))
+    return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                    "pkv_selftest_report_residue: residue = %u is outside [0, %d)", residue,
+                                    int(s.n_residues)));
+  const phasekv::selftest::ResidueRow& row = s.residues[residue];
+  out->r = int32_t(residue);
+  out->n = s.n_clusters;
+  out->hits = p->hits[residue];
+  out->accuracy = row.accuracy;
+  out->ci_lo = row.accuracy_ci.lo;
+  out->ci_hi = row.accuracy_ci.hi;
+  out->nll = row.nll;
+  out->probability = p->probability[residue];
+  out->nll_excess = row.nll_excess;
+  out->loo_z = row.hit_test.z;
+  out->loo_p = row.hit_test.p;
+  out->holm_p = row.hit_holm_p;
+  out->flagged = std::find(p->flagged.begin(), p->flagged.end(), int32_t(residue)) != p->flagged.end() ? 1 : 0;
+  return PKV_OK;
+}
+
+pkv_status pkv_selftest_report_period_candidate(const pkv_selftest_report* report, int32_t control, int32_t protocol,
+                                                uint32_t index, pkv_selftest_period_candidate* out) {
+  PKV_CHECK_ARG(out, "pkv_selftest_report_period_candidate: out is required");
+  const phasekv::ProtocolResult* p = nullptr;
+  const pkv_status st = report_protocol("pkv_selftest_report_period_candidate", report, control, protocol, &p);
+  if (st != PKV_OK) return st;
+  if (index >= p->period_scan.candidates.size())
+    return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                    "pkv_selftest_report_period_candidate: index = %u is outside [0, %zu)", index,
+                                    p->period_scan.candidates.size()));
+  const phasekv::selftest::PeriodCandidate& c = p->period_scan.candidates[index];
+  out->period = c.period;
+  out->power = c.power;
+  out->p = c.p;
+  return PKV_OK;
+}
+
+pkv_status pkv_selftest_report_map(const pkv_selftest_report* report, uint32_t offset, pkv_selftest_map_entry* out) {
+  PKV_CHECK_ARG(report && out, "pkv_selftest_report_map: report and out are required");
+  if (offset >= report->r.map.size())
+    return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                    "pkv_selftest_report_map: offset = %u is outside [0, %zu)", offset,
+                                    report->r.map.size()));
+  const phasekv::TemplateMapRow& m = report->r.map[offset];
+  out->offset = m.offset;
+  out->residue = m.residue;
+  out->weak = m.weak ? 1 : 0;
+  out->accuracy = m.accuracy;
+  return PKV_OK;
+}
+
+pkv_status pkv_selftest_report_complementary(const pkv_selftest_report* report, uint32_t index,
+                                             pkv_selftest_complementary* out) {
+  PKV_CHECK_ARG(report && out, "pkv_selftest_report_complementary: report and out are required");
+  const auto& c = report->r.advice.complementary;
+  if (index >= c.size())
+    return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                    "pkv_selftest_report_complementary: index = %u is outside [0, %zu)", index,
+                                    c.size()));
+  out->weak_residue = c[index].weak_residue;
+  out->copy_offset = c[index].copy_offset;
+  return PKV_OK;
+}
+
+pkv_status pkv_selftest_report_gate_check(const pkv_selftest_report* report, uint32_t index,
+                                          pkv_selftest_gate_check* out) {
+  PKV_CHECK_ARG(report && out, "pkv_selftest_report_gate_check: report and out are required");
+  const auto& c = report->r.checks;
+  if (index >= c.size())
+    return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                    "pkv_selftest_report_gate_check: index = %u is outside [0, %zu)", index,
+                                    c.size()));
+  out->name = c[index].name.c_str();
+  out->threshold = c[index].threshold;
+  out->value = c[index].value;
+  out->pass = c[index].pass ? 1 : 0;
+  return PKV_OK;
+}
+
+const char* pkv_selftest_report_advice(const pkv_selftest_report* report, uint32_t index) {
+  if (!report || index >= report->r.advice.text.size()) return nullptr;
+  return report->r.advice.text[index].c_str();
+}
+
+const char* pkv_selftest_report_memory(const pkv_selftest_report* report, int32_t control, uint32_t index) {
+  if (!report || (control != 0 && control != 1)) return nullptr;
+  const auto& m = control ? report->r.control_memories : report->r.memories;
+  return index < m.size() ? m[index].c_str() : nullptr;
 }
 
 }  // extern "C"

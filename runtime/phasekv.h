@@ -32,7 +32,8 @@ typedef enum pkv_status {
   PKV_ERR_IO = 4,               /* open / read / map failed */
   PKV_ERR_OUT_OF_MEMORY = 5,    /* an allocation failed */
   PKV_ERR_BUDGET_EXCEEDED = 6,  /* the memory plan exceeds the configured budget */
-  PKV_ERR_INTERNAL = 7          /* a bug in PhaseKV */
+  PKV_ERR_INTERNAL = 7,         /* a bug in PhaseKV */
+  PKV_ERR_CANCELLED = 8         /* a progress callback asked the operation to stop */
 } pkv_status;
 
 typedef struct pkv_model pkv_model;
@@ -171,6 +172,18 @@ void pkv_sampler_accept(pkv_sampler* s, int32_t token);
 
 #define PKV_SELFTEST_MAX_RESIDUES 256
 
+/* Where a self-test run is, passed to pkv_selftest_params.progress after each probe. */
+typedef struct pkv_selftest_progress {
+  int64_t done, total;       /* probes of the current run (the control counts its own) */
+  double elapsed_s, eta_s;
+  const char* phase;         /* "outer, stage 1", "in-sequence, stage 2", ... (static) */
+  int32_t control;           /* 1 while the full-attention control runs */
+} pkv_selftest_progress;
+/* Return 0 to go on, nonzero to stop: the call then fails with PKV_ERR_CANCELLED and gives no
+ * result. Called on the caller's thread inside the probe loop: keep it short (no allocation,
+ * no PhaseKV calls). */
+typedef int (*pkv_selftest_progress_fn)(const pkv_selftest_progress* progress, void* user_data);
+
 typedef struct pkv_selftest_params {
   const char* template_text; /* exactly one {{content}} slot; NULL = the bare slot */
   int32_t chat;              /* 1: the model's chat template with the probe as the user message */
@@ -185,6 +198,12 @@ typedef struct pkv_selftest_params {
   uint32_t records;          /* key = value records per probe, >= 8 (default 16); the rest is filler */
   int32_t backend;           /* a pkv_backend the probes run on (default PKV_BACKEND_CPU) */
   int32_t device;            /* CUDA device ordinal (default 0) */
+  pkv_selftest_progress_fn progress; /* NULL: none (default) */
+  void* progress_user_data;
+  /* pkv_selftest_run_report only: */
+  int32_t control;           /* 1: also run the model's full-attention twin on exactly the same probes */
+  double gate_min_acc;       /* the gate fails when a residue's accuracy is below this; < 0: no check (default -1) */
+  double gate_max_gap;       /* the gate fails when max - min accuracy exceeds this; < 0: no check (default -1) */
 } pkv_selftest_params;
 
 typedef struct pkv_selftest_result {
@@ -208,6 +227,123 @@ typedef struct pkv_selftest_result {
 pkv_selftest_params pkv_selftest_default_params(void);
 /* Runs the self-test on `model` in contexts of its own (a deployed context is not touched). */
 pkv_status pkv_selftest_run(const pkv_model* model, const pkv_selftest_params* params, pkv_selftest_result* out);
+
+/* ---- The self-test's full report: what `phasekv selftest --json` writes, field for field ----
+ * pkv_selftest_run_report runs the self-test (and the control when params->control), builds
+ * the template map, the padding and complementary-phase advice and the gate verdict, and
+ * hands back a report read through the accessors below. Strings and arrays they return point
+ * into the report and stay valid until pkv_selftest_report_free. `control` selects the
+ * control run's statistics (1) or the model's (0); `protocol` indexes the protocols run, in
+ * the order outer, in_sequence. An index out of range is PKV_ERR_INVALID_ARGUMENT. */
+typedef struct pkv_selftest_report pkv_selftest_report;
+
+typedef struct pkv_selftest_overview {
+  uint32_t period;              /* P */
+  const char* period_source;    /* "strides", "override" or "scan" */
+  const uint32_t* strides;      /* the compressed layers' distinct strides, ascending */
+  uint32_t n_strides;
+  uint32_t max_local;           /* the largest local window */
+  uint32_t min_distance;        /* target-to-query distance used */
+  uint32_t n_layers;
+  uint32_t n_memories;          /* pkv_selftest_report_memory(r, 0, i) */
+  uint32_t t0;                  /* slot start token */
+  uint32_t phase;               /* t0 % period */
+  uint32_t prefix_tokens, suffix_tokens;
+  const int32_t* flagged;       /* weak residues over both protocols, ascending */
+  uint32_t n_flagged;
+  const char* probe_digest;     /* 16 hex digits */
+  const char* kernels;          /* CPU kernels the probes ran with */
+  int32_t samples_per_stage;
+  int32_t n_protocols;
+  /* padding advice (the map: pkv_selftest_report_map; sentences: pkv_selftest_report_advice) */
+  uint32_t strongest_residue;
+  int32_t change_needed;        /* 1 only when some residue is weak and the slot is not on the strongest */
+  uint32_t pad_tokens_before_slot;
+  uint32_t n_advice;
+  uint32_t n_complementary;     /* pkv_selftest_report_complementary */
+  /* control */
+  int32_t has_control;
+  double compression_gap;       /* control minus model, mean accuracy averaged over protocols */
+  const int32_t* control_flagged;
+  uint32_t n_control_flagged;
+  const char* control_probe_digest; /* "" without a control */
+  uint32_t n_control_memories;
+  /* gates */
+  int32_t pass;                 /* every gate check passed (1 without gates) */
+  uint32_t n_gate_checks;
+  double min_accuracy;          /* lowest residue accuracy over the protocols */
+  double max_gap;               /* largest max - min over the protocols */
+  /* totals over the run and the control */
+  int64_t probes, prefill_tokens, naive_prefill_tokens;
+  double seconds;
+} pkv_selftest_overview;
+
+typedef struct pkv_selftest_protocol {
+  const char* name;             /* "outer" or "in_sequence" */
+  int32_t clusters;             /* samples per stage */
+  int64_t probes;
+  double mean_accuracy, mean_ci_lo, mean_ci_hi; /* cluster-bootstrap interval */
+  double min_accuracy;          /* A_min */
+  int32_t argmin;
+  double min_accuracy_split;    /* split-sample A_min */
+  double deficit, deficit_split;
+  double gap, gap_null, sd, gap_rel;
+  double cochran_p, mde, icc;
+  int32_t period_detected, detected_period;
+  double period_p;
+  uint32_t n_period_candidates;
+  const int32_t* flagged;
+  uint32_t n_flagged;
+} pkv_selftest_protocol;
+
+typedef struct pkv_selftest_residue {
+  int32_t r, n, hits;
+  double accuracy, ci_lo, ci_hi; /* Wilson 95 % */
+  double nll, probability, nll_excess;
+  double loo_z, loo_p, holm_p;
+  int32_t flagged;
+} pkv_selftest_residue;
+
+typedef struct pkv_selftest_period_candidate {
+  int32_t period;
+  double power, p;
+} pkv_selftest_period_candidate;
+
+typedef struct pkv_selftest_map_entry {
+  uint32_t offset, residue;     /* content at offset (from the slot start) lands on residue */
+  int32_t weak;
+  double accuracy;              /* averaged over protocols */
+} pkv_selftest_map_entry;
+
+typedef struct pkv_selftest_complementary {
+  int32_t weak_residue;
+  uint32_t copy_offset;         /* a copy this many tokens later lands on the strongest residue */
+} pkv_selftest_complementary;
+
+typedef struct pkv_selftest_gate_check {
+  const char* name;             /* "min_acc" or "max_gap" */
+  double threshold, value;
+  int32_t pass;
+} pkv_selftest_gate_check;
+
+pkv_status pkv_selftest_run_report(const pkv_model* model, const pkv_selftest_params* params,
+                                   pkv_selftest_report** out);
+void pkv_selftest_report_free(pkv_selftest_report* report);
+pkv_status pkv_selftest_report_overview(const pkv_selftest_report* report, pkv_selftest_overview* out);
+pkv_status pkv_selftest_report_protocol(const pkv_selftest_report* report, int32_t control, int32_t protocol,
+                                        pkv_selftest_protocol* out);
+pkv_status pkv_selftest_report_residue(const pkv_selftest_report* report, int32_t control, int32_t protocol,
+                                       uint32_t residue, pkv_selftest_residue* out);
+pkv_status pkv_selftest_report_period_candidate(const pkv_selftest_report* report, int32_t control, int32_t protocol,
+                                                uint32_t index, pkv_selftest_period_candidate* out);
+pkv_status pkv_selftest_report_map(const pkv_selftest_report* report, uint32_t offset, pkv_selftest_map_entry* out);
+pkv_status pkv_selftest_report_complementary(const pkv_selftest_report* report, uint32_t index,
+                                             pkv_selftest_complementary* out);
+pkv_status pkv_selftest_report_gate_check(const pkv_selftest_report* report, uint32_t index,
+                                          pkv_selftest_gate_check* out);
+/* The i-th advice sentence / layer-run description ("0-19: full"); NULL past the end. */
+const char* pkv_selftest_report_advice(const pkv_selftest_report* report, uint32_t index);
+const char* pkv_selftest_report_memory(const pkv_selftest_report* report, int32_t control, uint32_t index);
 
 #ifdef __cplusplus
 }

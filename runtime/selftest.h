@@ -18,92 +18,20 @@
 
 #include "backends.h"
 #include "model.h"
+#include "selftest_flags.h"
+#include "selftest_period.h"
+#include "selftest_probes.h"
 #include "selftest_stats.h"
 
 namespace phasekv {
-
-// ---- template ------------------------------------------------------------------------------
-
-constexpr const char* kContentSlot = "{{content}}";
-
-// A template split at its slot and tokenized with the model's tokenizer (specials written
-// literally are parsed as specials; BOS is prepended when the tokenizer adds one).
-struct ProbeTemplate {
-  std::string prefix_text, suffix_text;
-  std::vector<int32_t> prefix;  // tokens before the slot: the slot starts at t0 = prefix.size()
-  std::vector<int32_t> suffix;  // tokens after the slot
-};
-
-// Errors (kInvalidArgument): no slot, more than one slot, a slot inside a special token,
-// text that is not UTF-8.
-Status parse_template(const Tokenizer& tok, const std::string& text, ProbeTemplate* out);
-// The model's own chat template with the probe as the user message (and the generation
-// prompt after it), as template text with a slot.
-Status chat_probe_template(const Model& model, std::string* text);
-
-// ---- probes ----------------------------------------------------------------------------------
-
-enum class Protocol : uint8_t {
-  Outer = 0,       // the whole content shifts by s pad tokens; slack before the query shrinks
-  InSequence = 1,  // only the target record shifts: s pads before it, 2P-2-s after it (kept
-                   // inside the neighbouring lines, so every record still follows a newline)
-};
-const char* protocol_name(Protocol p);
-
-// Token material for probes, chosen from the vocabulary and checked to round-trip.
-struct ProbeVocab {
-  std::vector<int32_t> keys;    // single-token words (" apple")
-  std::vector<int32_t> values;  // single-token words, disjoint from keys
-  int32_t sep = -1;             // ":"
-  int32_t newline = -1;         // "\n"
-  int32_t pad = -1;             // neutral padding token that never merges (" -")
-  // Filler lines (without their newline): neutral sentences (" The bus was late again."),
-  // each checked to keep its ids between newlines and after pads.
-  std::vector<std::vector<int32_t>> sentences;
-};
-// Collects at least `per_side` (and 64) keys and as many values, and the filler sentences
-// that survive the round-trip checks (at least 8, one of them at most 3 tokens long).
-Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out);
-
-// One probe: the ids to evaluate (ending with the answer prefix "<key>:"), the gold value,
-// and where the target sits.
-struct Probe {
-  std::vector<int32_t> ids;
-  int32_t gold = -1;
-  uint32_t value_pos = 0;   // position of the target's value token
-  uint32_t key_pos = 0;     // position of the target's key token
-  uint32_t shared = 0;      // leading tokens shared by every probe of its cluster
-  int32_t residue = 0;      // value_pos mod P
-  int32_t shift = 0;        // s
-};
-
-struct ProbeLayout {
-  uint32_t period = 8;      // P
-  uint32_t length = 512;    // tokens per probe (the query position is length - 1)
-  uint32_t records = 16;    // key = value records per probe (fewer when they do not fit)
-  uint32_t min_distance = 32;  // the target value lies at least this far before the query
-  Protocol protocol = Protocol::InSequence;
-};
-
-// How many records a probe of this layout holds: min(layout.records, what fits); the rest of
-// the probe is filler sentences. kInvalidArgument, with the arithmetic, when the template, the
-// padding and the target's distance from the query leave no room for 8 records.
-Status probe_records(const ProbeTemplate& t, const ProbeLayout& layout, uint32_t* n_records);
-
-// The P probes of logical sample `cluster`: shifts s = b..b+P-1 (every residue once), b in
-// [0, P) chosen so that shift b puts the target value on residue (cluster mod P). Over any P
-// consecutive samples each residue's mean target position is then the same: position(r) =
-// base + ((r - cluster) mod P), and the second term sums to P(P-1)/2 for every r.
-// Deterministic for (seed, cluster).
-Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayout& layout, uint64_t seed,
-                    int32_t cluster, std::vector<Probe>* out);
 
 // ---- the run -------------------------------------------------------------------------------
 
 struct SelftestProgress {
   int64_t done = 0, total = 0;  // probes
   double elapsed_s = 0, eta_s = 0;
-  const char* phase = "";       // "outer stage 1", ...
+  const char* phase = "";       // "outer, stage 1", ...
+  bool control = false;         // the full-attention twin's run (run_selftest_report)
 };
 
 struct SelftestOptions {
@@ -129,7 +57,10 @@ struct SelftestOptions {
   // Build and check every probe (re-tokenization included) and fill probes, probe_digest and
   // the naive token count, but evaluate nothing. Needs samples > 0.
   bool plan_only = false;
-  std::function<void(const SelftestProgress&)> progress;  // optional, called after each probe
+  // Optional, called after each probe (inside the probe loop: it must not allocate to keep the
+  // loop allocation-free). Returning false cancels the run: run_selftest returns kCancelled.
+  std::function<bool(const SelftestProgress&)> progress;
+  bool control = false;  // reported in SelftestProgress::control
 };
 
 struct ProtocolResult {
@@ -141,6 +72,10 @@ struct ProtocolResult {
   selftest::Confirmation confirmation;  // stage 2
   selftest::PeriodScan period_scan;     // per-residue curve
   std::vector<int32_t> flagged;
+  // Per residue, both stages pooled: greedy hits, and the mean teacher-forced probability of
+  // the gold value (exp(-NLL) per probe, averaged over the probes).
+  std::vector<int32_t> hits;
+  std::vector<double> probability;
 };
 
 struct SelftestResult {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -17,7 +18,7 @@
 
 #include "commands.h"
 #include "context.h"
-#include "selftest.h"
+#include "selftest_report.h"
 #include "selftest_html.h"
 
 namespace phasekv {
@@ -40,6 +41,9 @@ Status check_writable(const char* flag, const std::string& path) {
 }
 
 using json = nlohmann::json;
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_sigint(int) { g_interrupted = 1; }
 constexpr int kExitGateFailed = 3;
 
 struct SelftestArgs {
@@ -112,19 +116,6 @@ bool parse_duration(const std::string& s, double* out) {
   return true;
 }
 
-std::vector<std::string> memory_runs(const ModelSpec& spec) {
-  std::vector<std::string> out;
-  const auto& L = spec.layers;
-  for (size_t i = 0; i < L.size();) {
-    size_t j = i;
-    while (j + 1 < L.size() && L[j + 1] == L[i]) ++j;
-    out.push_back((i == j ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j)) + ": " +
-                  L[i].describe());
-    i = j + 1;
-  }
-  return out;
-}
-
 std::string hex64(uint64_t v) {
   char b[17];
   std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
@@ -137,18 +128,10 @@ json protocol_json(const ProtocolResult& p) {
   const int32_t P = s.n_residues;
   for (int32_t r = 0; r < P; ++r) {
     const selftest::ResidueRow& row = s.residues[size_t(r)];
-    int hits = 0;
-    double prob = 0;  // mean teacher-forced probability of the gold value, exp(-NLL) per probe
-    for (const selftest::Observations* ob : {&p.stage1, &p.stage2})
-      for (int32_t c = 0; c < ob->hit.n_clusters; ++c) {
-        hits += int(ob->hit.at(c, r));
-        prob += std::exp(-ob->nll.at(c, r));
-      }
-    prob /= double(std::max(1, s.n_clusters));
     const bool flagged = std::find(p.flagged.begin(), p.flagged.end(), r) != p.flagged.end();
-    rows.push_back({{"r", r}, {"n", s.n_clusters}, {"hits", hits}, {"accuracy", row.accuracy},
+    rows.push_back({{"r", r}, {"n", s.n_clusters}, {"hits", p.hits[size_t(r)]}, {"accuracy", row.accuracy},
                     {"ci", {row.accuracy_ci.lo, row.accuracy_ci.hi}}, {"nll", row.nll},
-                    {"probability", prob}, {"nll_excess", row.nll_excess}, {"loo_z", row.hit_test.z}, {"loo_p", row.hit_test.p},
+                    {"probability", p.probability[size_t(r)]}, {"nll_excess", row.nll_excess}, {"loo_z", row.hit_test.z}, {"loo_p", row.hit_test.p},
                     {"holm_p", row.hit_holm_p}, {"flagged", flagged}});
   }
   json cands = json::array();
@@ -184,12 +167,6 @@ json protocols_json(const SelftestResult& r) {
   return j;
 }
 
-double mean_over_protocols(const SelftestResult& r) {
-  double m = 0;
-  for (const ProtocolResult& p : r.protocols) m += p.summary.mean_accuracy;
-  return r.protocols.empty() ? 0 : m / double(r.protocols.size());
-}
-
 void print_table(const SelftestResult& r) {
   for (const ProtocolResult& p : r.protocols) {
     const selftest::Summary& s = p.summary;
@@ -220,6 +197,74 @@ void print_table(const SelftestResult& r) {
                     ps.candidates.front().period, ps.candidates.back().period, ps.scan_p);
     }
   }
+}
+
+json gates_json(const SelftestReport& rep) {
+  json checks = json::array();
+  for (const GateCheck& c : rep.checks)
+    checks.push_back({{"name", c.name}, {"threshold", c.threshold}, {"value", c.value}, {"pass", c.pass}});
+  return {{"pass", rep.pass}, {"checks", checks}};
+}
+
+// The JSON report (docs/selftest.schema.json): the report rendered, plus the inputs.
+json report_json(const SelftestReport& rep, const SelftestArgs& a, const SelftestOptions& o, double budget,
+                 const std::string& model_hash) {
+  const SelftestResult& res = rep.run;
+  json j;
+  j["schema"] = "phasekv-selftest/1";
+  j["phasekv_version"] = "0.1.0";
+  j["inputs"] = {{"model", a.model},
+                 {"model_sha256", model_hash},
+                 {"template", o.template_label},
+                 {"template_sha256", sha256_text(o.template_text)},
+                 {"n_ctx", a.ctx},
+                 {"records", a.records},
+                 {"samples_per_stage", res.protocols.empty() ? 0 : res.protocols[0].clusters},
+                 {"budget_s", budget > 0 ? json(budget) : json(nullptr)},
+                 {"seed", a.seed},
+                 {"period_override", a.period > 0 ? json(a.period) : json(nullptr)},
+                 {"delta", a.delta},
+                 {"alpha", a.alpha},
+                 {"threads", o.n_threads},
+                 {"kernels", res.kernels},
+                 {"gate_min_acc", a.gate_min_acc >= 0 ? json(a.gate_min_acc) : json(nullptr)},
+                 {"gate_max_gap", a.gate_max_gap >= 0 ? json(a.gate_max_gap) : json(nullptr)},
+                 {"control", a.control}};
+  j["model"] = {{"n_layers", rep.n_layers}, {"memories", rep.memories}, {"strides", res.strides},
+                {"max_local", res.max_local}};
+  j["period"] = res.period;
+  j["period_source"] = res.period_source;
+  json map = json::array();
+  for (const TemplateMapRow& m : rep.map)
+    map.push_back({{"offset", m.offset}, {"residue", m.residue}, {"weak", m.weak}, {"accuracy", m.accuracy}});
+  j["template"] = {{"t0", res.t0},
+                   {"phase", res.t0 % res.period},
+                   {"prefix_tokens", res.prefix_tokens},
+                   {"suffix_tokens", res.suffix_tokens},
+                   {"map", map},
+                   {"advice", {{"strongest_residue", rep.advice.strongest_residue},
+                               {"change_needed", rep.advice.change_needed},
+                               {"pad_tokens_before_slot", rep.advice.pad_tokens_before_slot},
+                               {"text", rep.advice.text}}}};
+  j["protocols"] = protocols_json(res);
+  j["flagged"] = res.flagged;
+  j["probe_digest"] = hex64(res.probe_digest);
+  if (rep.has_control) {
+    j["control"] = {{"memories", rep.control_memories},
+                    {"protocols", protocols_json(rep.control)},
+                    {"flagged", rep.control.flagged},
+                    {"probe_digest", hex64(rep.control.probe_digest)},
+                    {"compression_gap", rep.compression_gap}};
+  } else {
+    j["control"] = nullptr;
+  }
+  j["gates"] = gates_json(rep);
+  j["timings"] = {{"total_s", rep.seconds},
+                  {"prefill_tokens", rep.prefill_tokens},
+                  {"naive_prefill_tokens", rep.naive_prefill_tokens},
+                  {"probes", rep.probes},
+                  {"probes_per_s", rep.seconds > 0 ? double(rep.probes) / rep.seconds : 0.0}};
+  return j;
 }
 
 int run_selftest_cmd(const SelftestArgs& a) {
@@ -265,22 +310,36 @@ int run_selftest_cmd(const SelftestArgs& a) {
   o.kernels = a.be.kernel_spec("reference");
   o.device = a.be.device;
   o.n_batch = a.batch;
-  const bool tty = !a.quiet;
-  std::string label = "compressed";
+  const bool show = !a.quiet;
   const bool is_tty = isatty(2) != 0;
-  if (tty)
-    o.progress = [&label, is_tty](const SelftestProgress& p) {
+  // Ctrl-C stops the run between probes (no report is written, earlier ones stay as they were);
+  // a second Ctrl-C kills at once (SA_RESETHAND).
+  g_interrupted = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_sa {};
+  sigaction(SIGINT, &sa, &old_sa);
+  struct RestoreSigint {
+    struct sigaction* old;
+    ~RestoreSigint() { sigaction(SIGINT, old, nullptr); }
+  } restore_sigint{&old_sa};
+  o.progress = [show, is_tty](const SelftestProgress& p) {
+      if (g_interrupted) return false;
+      if (!show) return true;
       // On a terminal, redraw one line; in a log, a line every 10 %.
-      if (!is_tty && p.done != p.total && (p.done * 10 / p.total) == ((p.done - 1) * 10 / p.total)) return;
+      if (!is_tty && p.done != p.total && (p.done * 10 / p.total) == ((p.done - 1) * 10 / p.total)) return true;
       // Called inside the probe loop: no allocation here (a fixed buffer for the bar).
       constexpr int kWidth = 30;
       char bar[kWidth + 1];
       const int fill = int(double(kWidth) * double(p.done) / double(std::max<int64_t>(p.total, 1)));
       for (int i = 0; i < kWidth; ++i) bar[i] = i < fill ? '#' : '.';
       bar[kWidth] = '\0';
-      std::fprintf(stderr, "%s  %-10s [%s] %lld/%lld probes  %-22s ETA %4.0f s ", is_tty ? "\r" : "", label.c_str(),
-                   bar, (long long)p.done, (long long)p.total, p.phase, p.eta_s);
+      std::fprintf(stderr, "%s  %-10s [%s] %lld/%lld probes  %-22s ETA %4.0f s ", is_tty ? "\r" : "",
+                   p.control ? "full KV" : "compressed", bar, (long long)p.done, (long long)p.total, p.phase, p.eta_s);
       if (p.done == p.total || !is_tty) std::fprintf(stderr, "\n");
+      return true;
     };
   // The control's twin is loaded first: a file without one is refused before the long run.
   std::unique_ptr<Model> twin;
@@ -290,196 +349,61 @@ int run_selftest_cmd(const SelftestArgs& a) {
     s = Model::load(a.model, lo, &twin);
     if (!s.ok()) return report(cmd, s.with_context("--control"));
   }
-  SelftestResult res;
-  s = run_selftest(*model, o, &res);
-  if (!s.ok()) return report(cmd, s);
-
-  SelftestResult ctl;
-  bool have_control = false;
-  if (a.control) {
-    // Exactly the same probes: the same sweep, samples and target distance (the twin has no
-    // local window, so it would otherwise place targets closer to the query).
-    SelftestOptions oc = o;
-    oc.period = int32_t(res.period);
-    oc.samples = res.protocols.empty() ? o.samples : res.protocols[0].clusters;
-    oc.budget_s = 0;
-    oc.min_distance = res.min_distance;
-    label = "full KV";
-    s = run_selftest(*twin, oc, &ctl);
-    if (!s.ok()) return report(cmd, s.with_context("--control"));
-    if (ctl.probe_digest != res.probe_digest)
-      return report(cmd, make_error(StatusCode::kInternal, "--control: the twin's probes differ from the run's"));
-    have_control = true;
+  SelftestGates gates;
+  gates.min_acc = a.gate_min_acc;
+  gates.max_gap = a.gate_max_gap;
+  SelftestReport rep;
+  s = run_selftest_report(*model, twin.get(), o, gates, &rep);
+  if (s.code() == StatusCode::kCancelled && g_interrupted) {
+    std::fprintf(stderr, "%sphasekv selftest: interrupted: %s; no report written\n", is_tty && show ? "\n" : "",
+                 s.message().c_str());
+    return kExitInterrupted;
   }
+  if (!s.ok()) return report(cmd, s);
+  const SelftestResult& res = rep.run;
+  const SelftestResult& ctl = rep.control;
+  const bool have_control = rep.has_control;
 
   std::string model_hash;
   s = sha256_file(a.model, &model_hash);
   if (!s.ok()) return report(cmd, s);
-  json j;
-  j["schema"] = "phasekv-selftest/1";
-  j["phasekv_version"] = "0.1.0";
-  j["inputs"] = {{"model", a.model},
-                 {"model_sha256", model_hash},
-                 {"template", o.template_label},
-                 {"template_sha256", sha256_text(o.template_text)},
-                 {"n_ctx", a.ctx},
-                 {"records", a.records},
-                 {"samples_per_stage", res.protocols.empty() ? 0 : res.protocols[0].clusters},
-                 {"budget_s", budget > 0 ? json(budget) : json(nullptr)},
-                 {"seed", a.seed},
-                 {"period_override", a.period > 0 ? json(a.period) : json(nullptr)},
-                 {"delta", a.delta},
-                 {"alpha", a.alpha},
-                 {"threads", o.n_threads},
-                 {"kernels", res.kernels},
-                 {"gate_min_acc", a.gate_min_acc >= 0 ? json(a.gate_min_acc) : json(nullptr)},
-                 {"gate_max_gap", a.gate_max_gap >= 0 ? json(a.gate_max_gap) : json(nullptr)},
-                 {"control", a.control}};
-  j["model"] = {{"n_layers", model->config().n_layers},
-                {"memories", memory_runs(model->spec())},
-                {"strides", res.strides},
-                {"max_local", res.max_local}};
-  j["period"] = res.period;
-  j["period_source"] = res.period_source;
-
-  // Template map: content offset k (from the slot start) lands on residue (t0 + k) mod P.
+  const json j = report_json(rep, a, o, budget, model_hash);
   const uint32_t P = res.period;
-  std::vector<double> acc(P, 0.0);
-  for (const ProtocolResult& p : res.protocols)
-    for (uint32_t r = 0; r < P; ++r) acc[r] += p.summary.residues[r].accuracy / double(res.protocols.size());
-  // The strongest residue; a tie keeps the slot's own phase (moving it would buy nothing).
-  uint32_t best = res.t0 % P;
-  for (uint32_t r = 0; r < P; ++r)
-    if (acc[r] > acc[best]) best = r;
-  json map = json::array();
-  std::vector<std::string> advice;
-  for (uint32_t k = 0; k < P; ++k) {
-    const uint32_t r = (res.t0 + k) % P;
-    const bool weak = std::find(res.flagged.begin(), res.flagged.end(), int32_t(r)) != res.flagged.end();
-    map.push_back({{"offset", k}, {"residue", r}, {"weak", weak}, {"accuracy", acc[r]}});
-    if (weak) {
-      char line[256];
-      std::snprintf(line, sizeof line,
-                    "Content tokens at offsets = %u (mod %u) from the slot start land on weak residue %u.", k, P, r);
-      advice.push_back(line);
-    }
-  }
-  // Padding is advised only where it helps: some residue is weak and the slot does not already
-  // start on the strongest one. With nothing flagged, the phase needs no change.
-  const bool change_needed = !res.flagged.empty() && best != res.t0 % P;
-  const uint32_t pad = change_needed ? (best + P - res.t0 % P) % P : 0;
-  {
-    char line[320];
-    if (res.flagged.empty())
-      std::snprintf(line, sizeof line,
-                    "No residue is weak: the slot (starting at token %u, phase %u) needs no change.", res.t0,
-                    res.t0 % P);
-    else if (!change_needed)
-      std::snprintf(line, sizeof line,
-                    "The slot starts at token %u, on the strongest residue %u: no padding is needed before it.",
-                    res.t0, best);
-    else
-      std::snprintf(line, sizeof line,
-                    "The slot starts at token %u (phase %u). Adding %u neutral token%s before the slot moves its "
-                    "start to the strongest residue %u.",
-                    res.t0, res.t0 % P, pad, pad == 1 ? "" : "s", best);
-    advice.push_back(line);
-    // Complementary phases: a copy of a fact shifted by d tokens moves from residue r to r + d.
-    for (int32_t f : res.flagged) {
-      const uint32_t d = (best + P - uint32_t(f)) % P;
-      if (d == 0) continue;
-      std::snprintf(line, sizeof line,
-                    "Repeat critical facts at complementary phases: a copy placed %u token%s after a fact on weak "
-                    "residue %d lands on the strongest residue %u.",
-                    d, d == 1 ? "" : "s", f, best);
-      advice.push_back(line);
-    }
-  }
-  j["template"] = {{"t0", res.t0},
-                   {"phase", res.t0 % P},
-                   {"prefix_tokens", res.prefix_tokens},
-                   {"suffix_tokens", res.suffix_tokens},
-                   {"map", map},
-                   {"advice", {{"strongest_residue", best},
-                               {"change_needed", change_needed},
-                               {"pad_tokens_before_slot", pad},
-                               {"text", advice}}}};
-  j["protocols"] = protocols_json(res);
-  j["flagged"] = res.flagged;
-  j["probe_digest"] = hex64(res.probe_digest);
-  if (have_control) {
-    j["control"] = {{"memories", memory_runs(twin->spec())},
-                    {"protocols", protocols_json(ctl)},
-                    {"flagged", ctl.flagged},
-                    {"probe_digest", hex64(ctl.probe_digest)},
-                    {"compression_gap", mean_over_protocols(ctl) - mean_over_protocols(res)}};
-  } else {
-    j["control"] = nullptr;
-  }
-  // Gates.
-  double min_acc = 1.0, max_gap = 0.0;
-  for (const ProtocolResult& p : res.protocols) {
-    min_acc = std::min(min_acc, p.summary.worst.naive_min);
-    max_gap = std::max(max_gap, p.summary.gap.gap);
-  }
-  json checks = json::array();
-  bool pass = true;
-  if (a.gate_min_acc >= 0) {
-    const bool ok = min_acc >= a.gate_min_acc;
-    checks.push_back({{"name", "min_acc"}, {"threshold", a.gate_min_acc}, {"value", min_acc}, {"pass", ok}});
-    pass &= ok;
-  }
-  if (a.gate_max_gap >= 0) {
-    const bool ok = max_gap <= a.gate_max_gap;
-    checks.push_back({{"name", "max_gap"}, {"threshold", a.gate_max_gap}, {"value", max_gap}, {"pass", ok}});
-    pass &= ok;
-  }
-  j["gates"] = {{"pass", pass}, {"checks", checks}};
-  const double total_s = res.seconds + (have_control ? ctl.seconds : 0.0);
-  const int64_t probes = res.probes + (have_control ? ctl.probes : 0);
-  j["timings"] = {{"total_s", total_s},
-                  {"prefill_tokens", res.prefill_tokens + (have_control ? ctl.prefill_tokens : 0)},
-                  {"naive_prefill_tokens", res.naive_prefill_tokens + (have_control ? ctl.naive_prefill_tokens : 0)},
-                  {"probes", probes},
-                  {"probes_per_s", total_s > 0 ? double(probes) / total_s : 0.0}};
 
   // Terminal report.
   std::printf("phase self-test: %s\n", a.model.c_str());
-  for (const std::string& m : memory_runs(model->spec())) std::printf("  layers %s\n", m.c_str());
+  for (const std::string& m : rep.memories) std::printf("  layers %s\n", m.c_str());
   std::printf("  period P = %u (%s); template %s: slot at token %u, phase %u\n", P, res.period_source.c_str(),
-              o.template_label.c_str(), res.t0, res.t0 % P);
+              rep.template_label.c_str(), res.t0, res.t0 % P);
   print_table(res);
   if (have_control) {
     std::printf("\ncontrol (full-attention twin):");
     print_table(ctl);
     std::string ctl_flags;
     for (int32_t f : ctl.flagged) ctl_flags += (ctl_flags.empty() ? "" : " ") + std::to_string(f);
-    std::printf("  compression costs %.3f of mean accuracy; control flags: %s\n",
-                mean_over_protocols(ctl) - mean_over_protocols(res), ctl_flags.empty() ? "none" : ctl_flags.c_str());
+    std::printf("  compression costs %.3f of mean accuracy; control flags: %s\n", rep.compression_gap,
+                ctl_flags.empty() ? "none" : ctl_flags.c_str());
   }
   std::printf("\nweak residues: ");
   if (res.flagged.empty()) std::printf("none ");
   for (int32_t f : res.flagged) std::printf("%d ", f);
   std::printf("(false-alarm probability per run <= %.2f, margin %.0f pp)\n", a.alpha, a.delta * 100);
-  for (const std::string& line : advice) std::printf("  %s\n", line.c_str());
-  std::printf("%lld probes in %.1f s; prefilled %lld tokens instead of %lld\n", (long long)probes, total_s,
-              (long long)(res.prefill_tokens + (have_control ? ctl.prefill_tokens : 0)),
-              (long long)(res.naive_prefill_tokens + (have_control ? ctl.naive_prefill_tokens : 0)));
-  for (const json& c : checks)
-    std::printf("gate %s: %s (value %.3f, threshold %.3f)\n", c["name"].get<std::string>().c_str(),
-                c["pass"].get<bool>() ? "pass" : "FAIL", c["value"].get<double>(), c["threshold"].get<double>());
+  for (const std::string& line : rep.advice.text) std::printf("  %s\n", line.c_str());
+  std::printf("%lld probes in %.1f s; prefilled %lld tokens instead of %lld\n", (long long)rep.probes, rep.seconds,
+              (long long)rep.prefill_tokens, (long long)rep.naive_prefill_tokens);
+  for (const GateCheck& c : rep.checks)
+    std::printf("gate %s: %s (value %.3f, threshold %.3f)\n", c.name.c_str(), c.pass ? "pass" : "FAIL", c.value,
+                c.threshold);
 
   if (!a.json_path.empty()) {
-    std::ofstream f(a.json_path);
-    f << j.dump(2) << "\n";
-    if (!f) return report(cmd, make_error(StatusCode::kIoError, "cannot write --json '%s'", a.json_path.c_str()));
+    s = write_file_atomic("--json", a.json_path, j.dump(2) + "\n");
+    if (!s.ok()) return report(cmd, s);
   }
   if (!a.html_path.empty()) {
-    std::ofstream f(a.html_path);
-    f << render_selftest_html(j);
-    if (!f) return report(cmd, make_error(StatusCode::kIoError, "cannot write --html '%s'", a.html_path.c_str()));
+    s = write_file_atomic("--html", a.html_path, render_selftest_html(j));
+    if (!s.ok()) return report(cmd, s);
   }
-  return pass ? kExitOk : kExitGateFailed;
+  return rep.pass ? kExitOk : kExitGateFailed;
 }
 
 }  // namespace

@@ -24,6 +24,16 @@ int report(const char* command, const Status& s);
 constexpr size_t kMaxTextFileBytes = size_t(64) << 20;
 Status read_text_file(const char* option, const std::string& path, std::string* out);
 
+// Writes an output named by an option (--json, --html) so that a reader never sees a partial
+// file and an interrupted or failed write leaves the previous file (if any) as it was: the
+// data goes to a temporary file in the same directory, is flushed to disk, and is renamed over
+// the path. Refused with kIoError naming the option and path: an existing path that is not a
+// regular file (a directory, FIFO or device), an unwritable directory, a failed write.
+Status write_file_atomic(const char* option, const std::string& path, const std::string& data);
+
+// Exit code of a command stopped by SIGINT (128 + 2, as a shell reports it).
+constexpr int kExitInterrupted = 130;
+
 // --backend / --device / --cuda-weights, shared by run, bench, selftest and inspect.
 struct BackendOptions {
   std::string backend = "cpu";

@@ -1,5 +1,6 @@
 // phasekv: the PhaseKV command-line tool (convert, inspect, run, bench, selftest).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -43,6 +44,40 @@ Status read_text_file(const char* option, const std::string& path, std::string* 
   if (size_t(f.gcount()) != text.size())
     return make_error(StatusCode::kIoError, "cannot read %s '%s': short read", option, path.c_str());
   *out = std::move(text);
+  return Status::Ok();
+}
+
+Status write_file_atomic(const char* option, const std::string& path, const std::string& data) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return make_error(StatusCode::kIoError, "cannot write %s '%s': %s", option, path.c_str(),
+                      S_ISDIR(st.st_mode) ? "it is a directory" : "not a regular file");
+  std::string tmp = path + ".XXXXXX";
+  const int fd = mkstemp(&tmp[0]);
+  if (fd < 0)
+    return make_error(StatusCode::kIoError, "cannot write %s '%s': %s", option, path.c_str(), std::strerror(errno));
+  // mkstemp creates the file 0600; a report is as readable as any file the user creates.
+  const mode_t mask = umask(0);
+  umask(mask);
+  fchmod(fd, 0666 & ~mask);
+  size_t off = 0;
+  int err = 0;
+  while (off < data.size()) {
+    const ssize_t n = write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    off += size_t(n);
+  }
+  if (err == 0 && fsync(fd) != 0) err = errno;
+  if (close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    unlink(tmp.c_str());
+    return make_error(StatusCode::kIoError, "cannot write %s '%s': %s", option, path.c_str(), std::strerror(err));
+  }
   return Status::Ok();
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "selftest_flags.h"
+#include "selftest_period.h"
 #include "selftest_stats.h"
 
 using namespace phasekv::selftest;
