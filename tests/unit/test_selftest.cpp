@@ -13,6 +13,7 @@
 #include "gguf_import.h"
 #include "phasekv.h"
 #include "selftest.h"
+#include "selftest_report.h"
 
 using namespace phasekv;
 using namespace phasekv::test;
@@ -412,4 +413,115 @@ TEST_CASE("selftest: a qwen3 model with a compressed retrofit (real vocabulary):
       CHECK(a.nll == b.nll);  // bit-identical across thread counts
       CHECK(a.accuracy == b.accuracy);
     }
+}
+
+namespace {
+// A finished run by hand: P = 8, two protocols with the given per-residue accuracies.
+SelftestResult hand_run(uint32_t t0, const std::vector<double>& outer, const std::vector<double>& in_seq,
+                        std::vector<int32_t> flagged) {
+  SelftestResult r;
+  r.period = 8;
+  r.period_source = "strides";
+  r.t0 = t0;
+  r.flagged = flagged;
+  for (int k = 0; k < 2; ++k) {
+    const std::vector<double>& acc = k == 0 ? outer : in_seq;
+    ProtocolResult p;
+    p.protocol = k == 0 ? Protocol::Outer : Protocol::InSequence;
+    p.clusters = 4;
+    p.summary.n_residues = 8;
+    p.summary.residues.resize(8);
+    double sum = 0, lo = 1, hi = 0;
+    for (size_t q = 0; q < 8; ++q) {
+      p.summary.residues[q].accuracy = acc[q];
+      sum += acc[q];
+      lo = std::min(lo, acc[q]);
+      hi = std::max(hi, acc[q]);
+    }
+    p.summary.mean_accuracy = sum / 8;
+    p.summary.worst.naive_min = lo;
+    p.summary.gap.gap = hi - lo;
+    p.flagged = flagged;
+    r.protocols.push_back(p);
+  }
+  r.probes = 128;
+  r.prefill_tokens = 1000;
+  r.naive_prefill_tokens = 4000;
+  r.seconds = 2;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("selftest report: map, advice, control gap and gates derived by hand") {
+  const std::string path = tmp_path("selftest_report_tiny.pkv");
+  REQUIRE(convert_gguf_to_pkv(data_dir() + "/tiny.gguf", path, ImportOptions{}).ok());
+  std::unique_ptr<Model> m;
+  REQUIRE(Model::load(path, &m).ok());
+  std::remove(path.c_str());
+
+  // Averaged over protocols: 0.90 0.85 0.95 0.70 0.80 0.25 0.25 0.85 -> strongest residue 2.
+  const std::vector<double> outer = {0.9, 0.8, 0.95, 0.7, 0.8, 0.2, 0.3, 0.85};
+  const std::vector<double> in_seq = {0.9, 0.9, 0.95, 0.7, 0.8, 0.3, 0.2, 0.85};
+  const SelftestResult run = hand_run(11, outer, in_seq, {5, 6});  // slot phase 11 mod 8 = 3
+  SelftestResult ctl = hand_run(11, std::vector<double>(8, 0.9), std::vector<double>(8, 0.8), {});
+  SelftestGates g;
+  g.min_acc = 0.25;  // the worst residue is 0.2 in both protocols: fails
+  g.max_gap = 0.8;   // the gap is 0.95 - 0.2 = 0.75: passes
+  SelftestReport rep;
+  REQUIRE(make_selftest_report(*m, run, m.get(), &ctl, "t.txt", g, &rep).ok());
+  CHECK(rep.advice.strongest_residue == 2);
+  CHECK(rep.advice.change_needed);
+  CHECK(rep.advice.pad_tokens_before_slot == 7);  // 3 + 7 = 10 = 2 (mod 8)
+  REQUIRE(rep.map.size() == 8);
+  for (uint32_t k = 0; k < 8; ++k) {
+    CHECK(rep.map[k].offset == k);
+    CHECK(rep.map[k].residue == (11 + k) % 8);
+    CHECK(rep.map[k].weak == (k == 2 || k == 3));  // residues 5 and 6
+  }
+  CHECK(rep.map[2].accuracy == doctest::Approx(0.25));
+  REQUIRE(rep.advice.complementary.size() == 2);
+  CHECK(rep.advice.complementary[0].weak_residue == 5);
+  CHECK(rep.advice.complementary[0].copy_offset == 5);  // 5 + 5 = 2 (mod 8)
+  CHECK(rep.advice.complementary[1].weak_residue == 6);
+  CHECK(rep.advice.complementary[1].copy_offset == 4);
+  REQUIRE(rep.advice.text.size() == 5);
+  CHECK(rep.advice.text[0].find("offsets = 2 (mod 8) from the slot start land on weak residue 5") != std::string::npos);
+  CHECK(rep.advice.text[2].find("Adding 7 neutral tokens before the slot") != std::string::npos);
+  CHECK(rep.compression_gap == doctest::Approx(0.85 - (5.5 / 8 + 5.6 / 8) / 2));
+  CHECK(rep.min_accuracy == doctest::Approx(0.2));
+  CHECK(rep.max_gap == doctest::Approx(0.75));
+  REQUIRE(rep.checks.size() == 2);
+  CHECK(rep.checks[0].name == "min_acc");
+  CHECK_FALSE(rep.checks[0].pass);
+  CHECK(rep.checks[1].name == "max_gap");
+  CHECK(rep.checks[1].pass);
+  CHECK_FALSE(rep.pass);
+  CHECK(rep.probes == 256);
+  CHECK(rep.prefill_tokens == 2000);
+  CHECK(rep.n_layers == m->config().n_layers);
+  CHECK(rep.memories == rep.control_memories);
+
+  // The slot already on the strongest residue: nothing to pad, the copies still advised.
+  REQUIRE(make_selftest_report(*m, hand_run(10, outer, in_seq, {5, 6}), nullptr, nullptr, "t", SelftestGates{}, &rep).ok());
+  CHECK_FALSE(rep.advice.change_needed);
+  CHECK(rep.advice.pad_tokens_before_slot == 0);
+  CHECK(rep.advice.complementary.size() == 2);
+  CHECK(rep.pass);
+  CHECK(rep.checks.empty());
+  CHECK_FALSE(rep.has_control);
+  // Nothing weak and every residue tied: the slot keeps its phase, no change needed.
+  const std::vector<double> flat(8, 1.0);
+  REQUIRE(make_selftest_report(*m, hand_run(13, flat, flat, {}), nullptr, nullptr, "t", SelftestGates{}, &rep).ok());
+  CHECK(rep.advice.strongest_residue == 5);
+  CHECK_FALSE(rep.advice.change_needed);
+  REQUIRE(rep.advice.text.size() == 1);
+  CHECK(rep.advice.text[0].find("No residue is weak") != std::string::npos);
+  // Thresholds that are not accuracies are refused, naming the gate.
+  SelftestGates bad;
+  bad.max_gap = std::nan("");
+  Status s = make_selftest_report(*m, run, nullptr, nullptr, "t", bad, &rep);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("gate max_gap = nan") != std::string::npos);
+  bad.max_gap = 1.5;
+  CHECK(make_selftest_report(*m, run, nullptr, nullptr, "t", bad, &rep).code() == StatusCode::kInvalidArgument);
 }
