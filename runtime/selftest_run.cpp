@@ -37,6 +37,16 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   SelftestResult r;
+  // Numbers first (NaN fails every comparison, so each check is written to let it through to
+  // the error, never to the statistics' assertions).
+  if (!(o.alpha > 0.0 && o.alpha <= 0.5))
+    return make_error(StatusCode::kInvalidArgument, "alpha = %g: the false-alarm probability must be in (0, 0.5]",
+                      o.alpha);
+  if (!(o.delta >= 0.0 && o.delta <= 1.0))
+    return make_error(StatusCode::kInvalidArgument, "delta = %g: the margin is an accuracy in [0, 1]", o.delta);
+  if (!(o.budget_s >= 0.0) || std::isinf(o.budget_s))
+    return make_error(StatusCode::kInvalidArgument, "budget_s = %g: a budget is a finite number of seconds >= 0",
+                      o.budget_s);
   // Period: lcm of the compressed strides, an override, or a scan sweep.
   uint32_t P = 1;
   PKV_RETURN_IF_ERROR(phase_period(model.spec(), &P, &r.strides));

@@ -26,12 +26,15 @@ namespace tools {
 
 namespace {
 
-// An output path can be written: not a directory, and its directory exists and is writable.
+// An output path can be written: not a directory or another non-regular file (a FIFO would block,
+// a device would be clobbered), and its directory exists and is writable.
 Status check_writable(const char* flag, const std::string& path) {
   if (path.empty()) return Status::Ok();
   struct stat st;
   if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     return make_error(StatusCode::kIoError, "cannot write %s '%s': it is a directory", flag, path.c_str());
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return make_error(StatusCode::kIoError, "cannot write %s '%s': not a regular file", flag, path.c_str());
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   if (access(dir.c_str(), W_OK) != 0)
