@@ -332,6 +332,7 @@ pkv_selftest_params pkv_selftest_default_params(void) {
   p.control = 0;
   p.gate_min_acc = -1;
   p.gate_max_gap = -1;
+  p.targets = o.targets;
   return p;
 }
 
@@ -352,6 +353,7 @@ pkv_status selftest_options(const char* fn, const pkv_model* model, const pkv_se
   }
   o.probe_tokens = params->probe_tokens;
   o.records = params->records;
+  o.targets = params->targets;
   o.samples = params->samples;
   o.budget_s = params->budget_s;
   o.seed = params->seed;
@@ -500,6 +502,7 @@ pkv_status pkv_selftest_report_overview(const pkv_selftest_report* report, pkv_s
   out->probe_digest = report->digest.c_str();
   out->kernels = run.kernels.c_str();
   out->samples_per_stage = run.protocols.empty() ? 0 : run.protocols[0].clusters;
+  out->targets = run.targets;
   out->n_protocols = int32_t(run.protocols.size());
   out->strongest_residue = r.advice.strongest_residue;
   out->change_needed = r.advice.change_needed ? 1 : 0;
@@ -549,6 +552,7 @@ pkv_status pkv_selftest_report_protocol(const pkv_selftest_report* report, int32
   out->cochran_p = s.cochran.p;
   out->mde = s.mde;
   out->icc = s.icc;
+  out->mde_empirical = s.mde_empirical;
   out->period_detected = p->period_scan.detected ? 1 : 0;
   out->detected_period = p->period_scan.period;
   out->period_p = p->period_scan.scan_p;
@@ -571,7 +575,7 @@ pkv_status pkv_selftest_report_residue(const pkv_selftest_report* report, int32_
                                     int(s.n_residues)));
   const phasekv::selftest::ResidueRow& row = s.residues[residue];
   out->r = int32_t(residue);
-  out->n = s.n_clusters;
+  out->n = s.n_clusters * p->targets;
   out->hits = p->hits[residue];
   out->accuracy = row.accuracy;
   out->ci_lo = row.accuracy_ci.lo;

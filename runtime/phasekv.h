@@ -204,6 +204,7 @@ typedef struct pkv_selftest_params {
   int32_t control;           /* 1: also run the model's full-attention twin on exactly the same probes */
   double gate_min_acc;       /* the gate fails when a residue's accuracy is below this; < 0: no check (default -1) */
   double gate_max_gap;       /* the gate fails when max - min accuracy exceeds this; < 0: no check (default -1) */
+  uint32_t targets;          /* records looked up per probe, 1..64 (default: the tool's --targets default) */
 } pkv_selftest_params;
 
 typedef struct pkv_selftest_result {
@@ -254,6 +255,7 @@ typedef struct pkv_selftest_overview {
   const char* probe_digest;     /* 16 hex digits */
   const char* kernels;          /* CPU kernels the probes ran with */
   int32_t samples_per_stage;
+  uint32_t targets;             /* records looked up per probe */
   int32_t n_protocols;
   /* padding advice (the map: pkv_selftest_report_map; sentences: pkv_selftest_report_advice) */
   uint32_t strongest_residue;
@@ -289,6 +291,7 @@ typedef struct pkv_selftest_protocol {
   double deficit, deficit_split;
   double gap, gap_null, sd, gap_rel;
   double cochran_p, mde, icc;
+  double mde_empirical;         /* the MDE from the data's variance (no delta floor) */
   int32_t period_detected, detected_period;
   double period_p;
   uint32_t n_period_candidates;

@@ -34,11 +34,18 @@ struct SelftestProgress {
   bool control = false;         // the full-attention twin's run (run_selftest_report)
 };
 
+// Records looked up per probe by default (SelftestOptions::targets, --targets, the C API).
+// Fewer are used when a probe is too short (SelftestResult::targets says how many).
+constexpr uint32_t kDefaultSelftestTargets = 8;
+
 struct SelftestOptions {
   std::string template_text = "{{content}}";
   std::string template_label = "{{content}}";  // for the report: a path, or "chat"
   uint32_t probe_tokens = 512;  // probe length (the context holds exactly one probe)
   uint32_t records = 16;        // key = value records per probe (at least 8), the rest filler
+  // Records looked up (scored) per probe, 1..64; at most records - 4 and what the probe length
+  // holds are used (1 is the one-target design).
+  uint32_t targets = kDefaultSelftestTargets;
   int32_t samples = 0;          // clusters per stage and protocol; 0: from the budget, else 16
   double budget_s = 0;          // wall-time budget for the whole run; 0: none
   uint64_t seed = 1;
@@ -72,8 +79,9 @@ struct ProtocolResult {
   selftest::Confirmation confirmation;  // stage 2
   selftest::PeriodScan period_scan;     // per-residue curve
   std::vector<int32_t> flagged;
-  // Per residue, both stages pooled: greedy hits, and the mean teacher-forced probability of
-  // the gold value (exp(-NLL) per probe, averaged over the probes).
+  int32_t targets = 1;                  // lookups per probe: a residue has 2 * clusters * targets
+  // Per residue, both stages pooled: greedy hits among its lookups, and the mean teacher-forced
+  // probability of the gold value (exp of the sample's mean NLL, averaged over the samples).
   std::vector<int32_t> hits;
   std::vector<double> probability;
 };
@@ -84,6 +92,7 @@ struct SelftestResult {
   std::vector<uint32_t> strides;
   uint32_t max_local = 0;
   uint32_t min_distance = 0;            // as used (see SelftestOptions::min_distance)
+  uint32_t targets = 1;                 // records scored per probe (as used)
   uint64_t probe_digest = 0;            // FNV-1a over every probe's ids in run order
   uint32_t t0 = 0;
   uint32_t prefix_tokens = 0, suffix_tokens = 0;

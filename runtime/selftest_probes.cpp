@@ -214,20 +214,24 @@ std::vector<int32_t> distinct(selftest::Rng& rng, size_t n, size_t k) {
 
 // The probe's arithmetic, shared by probe_records and make_cluster.
 struct Budget {
-  uint64_t query = 0;      // template suffix + demonstrations + "key ="
-  uint64_t haystack = 0;   // tokens for records and filler (the target's line included)
-  uint64_t min_after = 0;  // tokens the haystack must hold after the target's line
+  uint64_t query = 0;      // template suffix + demonstrations + the K lookups ("key =" each, and
+                           // the teacher-forced "value \n" of all but the last)
+  uint64_t haystack = 0;   // tokens for records and filler (the targets' lines included)
+  uint64_t min_after = 0;  // tokens the haystack must hold after the targets' lines
 };
 
 Budget probe_budget(const ProbeTemplate& t, const ProbeLayout& L) {
   Budget b;
   const uint32_t slack = 2 * L.period - 2;
-  b.query = uint64_t(t.suffix.size()) + kDemos * kRecord + 2;
+  const uint64_t K = std::max<uint32_t>(L.targets, 1);
+  // Up to the first lookup's "key =": the distance every target must keep is to that query.
+  const uint64_t first_query = uint64_t(t.suffix.size()) + kDemos * kRecord + 2;
+  b.query = first_query + (K - 1) * kRecord;
   const uint64_t fixed = uint64_t(t.prefix.size()) + b.query + slack;
   b.haystack = L.length > fixed ? L.length - fixed : 0;
-  // Tokens after the value: its newline, the lines after it, the remaining slack (>= 0) and
-  // the query; the last of them is the query position.
-  b.min_after = L.min_distance > b.query + 1 ? L.min_distance - b.query - 1 : 0;
+  // Tokens after the last target's value: its newline, the lines after it, the remaining slack
+  // (>= 0) and the query section up to the first lookup, whose "=" is the first query position.
+  b.min_after = L.min_distance > first_query + 1 ? L.min_distance - first_query - 1 : 0;
   return b;
 }
 
@@ -272,11 +276,18 @@ Status probe_records(const ProbeTemplate& t, const ProbeLayout& L, uint32_t* n_r
   if (L.records < kMinRecords)
     return make_error(StatusCode::kInvalidArgument, "%u records per probe: at least %u are needed", L.records,
                       kMinRecords);
+  const uint32_t K = std::max<uint32_t>(L.targets, 1);
+  if (K + kDemos > L.records)
+    return make_error(StatusCode::kInvalidArgument,
+                      "%u targets per probe need at least %u records (the targets and %u demonstrated others); "
+                      "%u were asked for",
+                      K, K + kDemos, kDemos, L.records);
   const Budget b = probe_budget(t, L);
-  // The target's line, the lines after it, and a record before it (in-sequence padding hangs
-  // on the previous line's newline); the other records can go anywhere.
+  // The targets' lines, the lines after them, and a record before them (in-sequence padding
+  // hangs on the previous line's newline); the other records can go anywhere.
   // (Records are whole lines, so two regions may each leave up to 3 tokens unused.)
-  const uint64_t need_haystack = std::max<uint64_t>(uint64_t(kRecord) * kMinRecords + 8, 2 * kRecord + b.min_after);
+  const uint64_t need_haystack = std::max<uint64_t>(uint64_t(kRecord) * std::max(kMinRecords, K + kDemos) + 8,
+                                                    (K + 1) * kRecord + b.min_after);
   if (b.haystack < need_haystack)
     return make_error(StatusCode::kInvalidArgument,
                       "a probe of %u tokens is too small: the template takes %zu + %zu tokens, the padding %u, the "
@@ -285,6 +296,7 @@ Status probe_records(const ProbeTemplate& t, const ProbeLayout& L, uint32_t* n_r
                       (unsigned long long)(b.query - t.suffix.size()), kMinRecords, L.min_distance,
                       (unsigned long long)(need_haystack - b.haystack));
   *n_records = uint32_t(std::min<uint64_t>(L.records, (b.haystack - 8) / kRecord));
+  PKV_ASSERT(*n_records >= K + kDemos);
   return Status::Ok();
 }
 
@@ -299,23 +311,24 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
     return make_error(StatusCode::kInvalidArgument, "a probe of %u tokens needs %u distinct keys; the vocabulary has %zu",
                       L.length, n_records, std::min(v.keys.size(), v.values.size()));
 
-  // Layout of the content (outer padding; in-sequence moves the shift next to the target):
-  //   [s pads] [extra pads] before-lines  key = value \n  after-lines [pads] [2P-2-s pads]
+  // Layout of the content (outer padding; in-sequence moves the shift next to the targets):
+  //   [s pads] [extra pads] before-lines  (key = value \n) x K  after-lines [pads] [2P-2-s pads]
   // then the template suffix, kDemos demonstration lookups ("key = value" of other records)
-  // and "key =" of the target. Records are the target and n_records - 1 distractors spread
-  // over filler lines; the target's line starts anywhere that keeps it min_distance from the
-  // query and leaves a record before it.
+  // and the K lookups "key =" of the targets (each but the last followed by its gold value).
+  // Records are the K targets and n_records - K distractors spread over filler lines; the
+  // targets' lines start anywhere that keeps the last of them min_distance from the first
+  // lookup and leaves a record before them.
   selftest::Rng rng(cluster_seed(seed, cluster, uint64_t(L.protocol)));
   const std::vector<int32_t> ki = distinct(rng, v.keys.size(), n_records);
   const std::vector<int32_t> vi = distinct(rng, v.values.size(), n_records);
-  const uint32_t target = 0;  // record 0 is the target, the others distractors
-  const uint64_t rest = b.haystack - kRecord;       // lines other than the target's
+  const uint32_t K = std::max<uint32_t>(L.targets, 1);  // records 0..K-1 are the targets, the others distractors
+  const uint64_t rest = b.haystack - uint64_t(K) * kRecord;  // lines other than the targets'
   const uint64_t after_lo = b.min_after, after_hi = rest - kRecord;
   const uint64_t after = after_lo + rng.below(after_hi - after_lo + 1);
   // Distractors: each on a side with probability proportional to its room, one before the
   // target at least, and no side holding more records than it has room for.
   std::vector<uint32_t> before_recs, after_recs;
-  for (uint32_t i = 1; i < n_records; ++i)
+  for (uint32_t i = K; i < n_records; ++i)
     (rng.below(rest) < after ? after_recs : before_recs).push_back(i);
   auto move_one = [](std::vector<uint32_t>* from, std::vector<uint32_t>* to) {
     to->push_back(from->back());
@@ -331,9 +344,10 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
   uint64_t extra = 0, after_pads = 0;
   fill_region(rng, v, rest - after, before_recs, &before_lines, &before_rec, &extra);
   fill_region(rng, v, after, after_recs, &after_lines, &after_rec, &after_pads);
-  // Demonstrations: kDemos distractors, in random order.
-  std::vector<int32_t> demo = distinct(rng, n_records - 1, kDemos);
-  for (int32_t& d : demo) d += 1;
+  // Demonstrations: kDemos distractors, in random order; then the targets' lookup order.
+  std::vector<int32_t> demo = distinct(rng, n_records - K, kDemos);
+  for (int32_t& d : demo) d += int32_t(K);
+  const std::vector<int32_t> order = K > 1 ? distinct(rng, K, K) : std::vector<int32_t>{0};
 
   auto record = [&](uint32_t i, std::vector<int32_t>* ids) {
     ids->push_back(v.keys[size_t(ki[i])]);
@@ -352,10 +366,9 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
   };
   uint64_t before_tokens = 0;
   for (size_t i = 0; i < before_lines.size(); ++i) before_tokens += before_rec[i] >= 0 ? kRecord : before_lines[i].size();
-  const int32_t key = v.keys[size_t(ki[target])], gold = v.values[size_t(vi[target])];
-  // Value position at shift 0 (both protocols); the first shift puts the value on residue
-  // (cluster mod P), so over any P consecutive samples every residue's mean target position
-  // is the same.
+  // Value position of the first target at shift 0 (both protocols); the first shift puts it on
+  // residue (cluster mod P), so over any P consecutive samples every residue's mean position of
+  // the first target is the same (and of every other target, which sits 4i tokens after it).
   const uint32_t pos0 = uint32_t(t.prefix.size() + extra + before_tokens + 2);
   const uint32_t base = (uint32_t(cluster) % P + P - pos0 % P) % P;
   std::vector<Probe> probes;
@@ -363,7 +376,7 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
     const uint32_t s = base + k;
     Probe p;
     p.shift = int32_t(s);
-    p.gold = gold;
+    p.gold = v.values[size_t(vi[0])];
     std::vector<int32_t>& ids = p.ids;
     ids.reserve(L.length);
     ids = t.prefix;
@@ -373,7 +386,7 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
       ids.insert(ids.end(), extra, v.pad);
       region(before_lines, before_rec, &ids);
       p.key_pos = uint32_t(ids.size());
-      record(target, &ids);
+      for (uint32_t i = 0; i < K; ++i) record(i, &ids);
       region(after_lines, after_rec, &ids);
       ids.insert(ids.end(), after_pads + slack - s, v.pad);
     } else {
@@ -386,7 +399,7 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
       ids.insert(ids.end(), s, v.pad);
       ids.push_back(v.newline);
       p.key_pos = uint32_t(ids.size());
-      record(target, &ids);
+      for (uint32_t i = 0; i < K; ++i) record(i, &ids);
       ids.pop_back();
       ids.insert(ids.end(), slack - s, v.pad);
       ids.push_back(v.newline);
@@ -395,12 +408,24 @@ Status make_cluster(const ProbeTemplate& t, const ProbeVocab& v, const ProbeLayo
     }
     ids.insert(ids.end(), t.suffix.begin(), t.suffix.end());
     for (int32_t d : demo) record(uint32_t(d), &ids);
-    ids.push_back(key);
-    ids.push_back(v.sep);
     p.value_pos = p.key_pos + 2;
     p.residue = int32_t(p.value_pos % P);
+    const uint32_t first_query = uint32_t(ids.size()) + 1;  // the first lookup's "="
+    for (size_t j = 0; j < order.size(); ++j) {
+      const uint32_t i = uint32_t(order[j]);
+      if (j > 0) {  // the previous answer, teacher-forced
+        ids.push_back(p.golds.back());
+        ids.push_back(v.newline);
+      }
+      ids.push_back(v.keys[size_t(ki[i])]);
+      ids.push_back(v.sep);
+      p.golds.push_back(v.values[size_t(vi[i])]);
+      p.score_end.push_back(uint32_t(ids.size()));
+      p.value_positions.push_back(p.value_pos + kRecord * i);
+      p.residues.push_back(int32_t(p.value_positions.back() % P));
+    }
     PKV_ASSERT(ids.size() == L.length);
-    PKV_ASSERT(L.length - 1 - p.value_pos >= L.min_distance);
+    PKV_ASSERT(first_query - (p.value_pos + kRecord * (K - 1)) >= L.min_distance);
     probes.push_back(std::move(p));
   }
   *out = std::move(probes);

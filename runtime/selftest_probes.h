@@ -56,22 +56,33 @@ Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out)
 
 // One probe: the ids to evaluate (ending with the answer prefix "<key>:"), the gold value,
 // and where the target sits.
+// With K targets (ProbeLayout::targets) the probe holds K target records next to each other
+// where one target would be, and the query section looks all K up, in a random order, each
+// answer teacher-forced before the next lookup: target i is scored on the logits after
+// ids[0, score_end[i]) against golds[i]. Every target moves with the shift, so over the P
+// probes of a cluster each target visits every residue exactly once.
 struct Probe {
   std::vector<int32_t> ids;
-  int32_t gold = -1;
-  uint32_t value_pos = 0;   // position of the target's value token
-  uint32_t key_pos = 0;     // position of the target's key token
+  int32_t gold = -1;        // the first target's value
+  uint32_t value_pos = 0;   // position of the first target's value token
+  uint32_t key_pos = 0;     // position of the first target's key token
   uint32_t shared = 0;      // leading tokens shared by every probe of its cluster
   int32_t residue = 0;      // value_pos mod P
   int32_t shift = 0;        // s
+  // Per target, in scoring order (K = 1: the one target, score_end = ids.size()).
+  std::vector<int32_t> golds;
+  std::vector<uint32_t> score_end;   // ascending; the last is ids.size()
+  std::vector<uint32_t> value_positions;
+  std::vector<int32_t> residues;     // value_positions mod P
 };
 
 struct ProbeLayout {
   uint32_t period = 8;      // P
   uint32_t length = 512;    // tokens per probe (the query position is length - 1)
   uint32_t records = 16;    // key = value records per probe (fewer when they do not fit)
-  uint32_t min_distance = 32;  // the target value lies at least this far before the query
+  uint32_t min_distance = 32;  // every target value lies at least this far before its query
   Protocol protocol = Protocol::InSequence;
+  uint32_t targets = 1;     // K records looked up per probe (at most records - 4)
 };
 
 // How many records a probe of this layout holds: min(layout.records, what fits); the rest of

@@ -84,7 +84,15 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
   layout.min_distance = o.min_distance > 0 ? o.min_distance : r.max_local + P + 4;
   r.min_distance = layout.min_distance;
   layout.records = o.records;
+  if (o.targets < 1 || o.targets > 64)
+    return make_error(StatusCode::kInvalidArgument, "targets = %u: between 1 and 64 records are looked up per probe",
+                      o.targets);
+  // Fewer targets when the probe is too short for all of them (as with records); the error of
+  // the one-target design when even that does not fit.
+  layout.targets = std::min(o.targets, std::max<uint32_t>(o.records, 5) - 4);
   uint32_t n_records = 0;
+  while (layout.targets > 1 && !probe_records(tpl, layout, &n_records).ok()) --layout.targets;
+  r.targets = layout.targets;
   PKV_RETURN_IF_ERROR(probe_records(tpl, layout, &n_records));  // before the (slower) vocabulary scan
   ProbeVocab vocab;
   PKV_RETURN_IF_ERROR(build_probe_vocab(tok, n_records, &vocab));
@@ -183,12 +191,14 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
     ProtocolResult pres;
     pres.protocol = pr;
     pres.clusters = C;
+    pres.targets = int32_t(layout.targets);
     for (selftest::Observations* ob : {&pres.stage1, &pres.stage2}) {
       ob->hit = selftest::ClusterMatrix::zeros(C, int32_t(P));
       ob->nll = selftest::ClusterMatrix::zeros(C, int32_t(P));
     }
     r.protocols.push_back(std::move(pres));
   }
+  const double inv_k = 1.0 / double(layout.targets);
   SelftestProgress prog;
   prog.total = int64_t(protos.size()) * 2 * C * P;
   const auto t_loop = clock::now();
@@ -215,15 +225,21 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
         } else {
           ctx->reset();
         }
-        PKV_RETURN_IF_ERROR(ctx->prefill(p.ids.data() + shared, p.ids.size() - shared));
+        // Each target: prefill up to its lookup's "=", then the teacher-forced gold value's NLL
+        // and greedy hit (the gold is the argmax), scored by the backend where the logits are.
+        // A residue's observation in a sample is the mean over the K targets (each visits every
+        // residue once per sample).
+        uint32_t at = shared;
+        for (size_t i = 0; i < p.golds.size(); ++i) {
+          PKV_RETURN_IF_ERROR(ctx->prefill(p.ids.data() + at, p.score_end[i] - at));
+          at = p.score_end[i];
+          ScoreResult sc;
+          PKV_RETURN_IF_ERROR(ctx->score(p.golds[i], &sc));
+          ob.nll.at(row, p.residues[i]) += sc.nll * inv_k;
+          ob.hit.at(row, p.residues[i]) += (sc.hit ? 1.0 : 0.0) * inv_k;
+        }
         r.prefill_tokens += int64_t(p.ids.size() - shared);
         r.naive_prefill_tokens += int64_t(p.ids.size());
-        // Teacher-forced gold value: NLL and greedy hit (the gold is the argmax), scored by the
-        // backend where the logits are.
-        ScoreResult sc;
-        PKV_RETURN_IF_ERROR(ctx->score(p.gold, &sc));
-        ob.nll.at(row, p.residue) = sc.nll;
-        ob.hit.at(row, p.residue) = sc.hit ? 1.0 : 0.0;
         ++r.probes;
         if (o.progress) {
           prog.done = r.probes;
@@ -265,7 +281,13 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
     // below the practical margin a flag also needs.
     selftest::PowerParams pw;
     pw.alpha = fp.alpha;
-    pres.summary.mde = std::max(o.delta, selftest::min_detectable_gap(pres.summary.mean_accuracy, C, int32_t(P), pw));
+    // One target per probe: the binomial formula; several: the data's own variance (the mean of
+    // K targets is no Bernoulli variable, and how much K buys depends on how correlated the
+    // targets of one sample are).
+    pres.summary.mde_empirical = selftest::empirical_mde(pooled.hit, C, pw);
+    pres.summary.mde = std::max(o.delta, layout.targets == 1 ? selftest::min_detectable_gap(
+                                                                   pres.summary.mean_accuracy, C, int32_t(P), pw)
+                                                             : pres.summary.mde_empirical);
     pres.screening = selftest::screen(pres.stage1, fp);
     pres.confirmation = selftest::confirm(pres.stage2, pres.screening.candidates, fp);
     pres.flagged = pres.confirmation.flagged;
@@ -280,7 +302,9 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
       const size_t pi = size_t(&pres - r.protocols.data());
       selftest::ClusterMatrix pos = selftest::ClusterMatrix::zeros(2 * C, int32_t(P));
       for (int32_t c = 0; c < 2 * C; ++c)
-        for (const Probe& p : clusters[pi][size_t(c)]) pos.at(c, p.residue) = double(p.value_pos);
+        for (const Probe& p : clusters[pi][size_t(c)])
+          for (size_t i = 0; i < p.residues.size(); ++i)
+            pos.at(c, p.residues[i]) += double(p.value_positions[i]) / double(p.residues.size());
       ps.max_period = 16;
       pres.period_scan = selftest::position_period_scan(pooled.hit, pos, ps);
     } else {
@@ -290,7 +314,7 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
     pres.probability.assign(P, 0.0);
     for (uint32_t j = 0; j < P; ++j) {
       for (int32_t c = 0; c < 2 * C; ++c) {
-        pres.hits[j] += int32_t(pooled.hit.at(c, int32_t(j)));
+        pres.hits[j] += int32_t(std::lround(pooled.hit.at(c, int32_t(j)) * double(layout.targets)));
         pres.probability[j] += std::exp(-pooled.nll.at(c, int32_t(j)));
       }
       pres.probability[j] /= double(2 * C);

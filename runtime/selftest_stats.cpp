@@ -38,9 +38,10 @@ Status check_observations(const Observations& obs) {
                       "self-test stats: hit.v has %zu values, expected %d x %d", h.v.size(),
                       h.n_clusters, h.n_cols);
   for (size_t i = 0; i < h.v.size(); ++i) {
-    if (h.v[i] != 0.0 && h.v[i] != 1.0)
+    if (!(h.v[i] >= 0.0 && h.v[i] <= 1.0))
       return make_error(StatusCode::kInvalidArgument,
-                        "self-test stats: hit[%zu][%zu] = %g, hits must be 0 or 1",
+                        "self-test stats: hit[%zu][%zu] = %g, hits (or a sample's mean over its targets) must be "
+                        "in [0, 1]",
                         i / size_t(h.n_cols), i % size_t(h.n_cols), h.v[i]);
   }
   const ClusterMatrix& l = obs.nll;
@@ -489,6 +490,24 @@ double min_detectable_gap(double p_healthy, int32_t n_clusters, int32_t n_residu
   return std::min(delta, p_healthy);
 }
 
+double empirical_mde(const ClusterMatrix& y, int32_t n_clusters, const PowerParams& params) {
+  PKV_ASSERT(y.n_clusters >= 2 && y.n_cols >= 2 && n_clusters >= 1);
+  const int32_t C = y.n_clusters, R = y.n_cols;
+  double var_sum = 0.0;
+  std::vector<double> d(static_cast<size_t>(C), 0.0);
+  for (int32_t r = 0; r < R; ++r) {
+    for (int32_t c = 0; c < C; ++c) {
+      double others = 0.0;
+      for (int32_t q = 0; q < R; ++q)
+        if (q != r) others += y.at(c, q);
+      d[size_t(c)] = y.at(c, r) - others / double(R - 1);
+    }
+    const double sd = sd_of(d);
+    var_sum += sd * sd;
+  }
+  return std::sqrt(power_k(R, params) * var_sum / double(R) / double(n_clusters));
+}
+
 int64_t required_clusters(double p_healthy, double gap, int32_t n_residues,
                           const PowerParams& params) {
   PKV_ASSERT(gap > 0.0 && gap <= p_healthy && p_healthy <= 1.0);
@@ -546,6 +565,7 @@ Summary summarize(const Observations& obs, const SummaryParams& params) {
   s.worst = split_sample_min(hit);
   s.cochran = cochran_q(hit);
   s.mde = min_detectable_gap(s.mean_accuracy, C, P, params.power);
+  s.mde_empirical = empirical_mde(hit, C, params.power);
   return s;
 }
 

@@ -257,6 +257,13 @@ struct PowerParams {
 // R = 8, p_s = 0.9: 0.383 / 0.307 / 0.228 / 0.149 / 0.098 at C = 20 / 30 / 50 / 100 / 200.
 double min_detectable_gap(double p_healthy, int32_t n_clusters, int32_t n_residues,
                           const PowerParams& params = PowerParams());
+// The same test's MDE from the data instead of the binomial model: σ̂_d is the pooled sample sd
+// of the leave-one-out differences d_cr = y_cr − mean_{r'≠r} y_cr' (over clusters, averaged in
+// variance over the residues), and MDE = (z_{1−α/R} + z_{power})·σ̂_d/√n for a test on
+// n_clusters fresh clusters. It needs no model of y: it holds for hits (0/1) and for means of
+// several targets per sample alike, and is how two probe designs are compared. 0 when every
+// d is constant.
+double empirical_mde(const ClusterMatrix& y, int32_t n_clusters, const PowerParams& params = PowerParams());
 // The same formula solved for n, rounded up: clusters per run (each visits all R residues).
 // R = 8, p_s = 0.9: 193 / 63 / 19 for Δ = 0.10 / 0.20 / 0.40 (the note's table).
 int64_t required_clusters(double p_healthy, double gap, int32_t n_residues,
@@ -293,6 +300,7 @@ struct Summary {
   GapStats gap;                      // Δ, σ, Δ/Ā and the null gap
   CochranQ cochran;
   double mde = 0.0;                  // min_detectable_gap(Ā, C, P)
+  double mde_empirical = 0.0;        // empirical_mde(hit, C)
 };
 Summary summarize(const Observations& obs, const SummaryParams& params = SummaryParams());
 

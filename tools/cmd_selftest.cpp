@@ -56,6 +56,7 @@ struct SelftestArgs {
   bool chat = false;
   uint32_t ctx = 512;
   uint32_t records = 16;
+  uint32_t targets = kDefaultSelftestTargets;
   int32_t samples = 0;
   std::string budget;
   uint64_t seed = 1;
@@ -132,7 +133,7 @@ json protocol_json(const ProtocolResult& p) {
   for (int32_t r = 0; r < P; ++r) {
     const selftest::ResidueRow& row = s.residues[size_t(r)];
     const bool flagged = std::find(p.flagged.begin(), p.flagged.end(), r) != p.flagged.end();
-    rows.push_back({{"r", r}, {"n", s.n_clusters}, {"hits", p.hits[size_t(r)]}, {"accuracy", row.accuracy},
+    rows.push_back({{"r", r}, {"n", s.n_clusters * p.targets}, {"hits", p.hits[size_t(r)]}, {"accuracy", row.accuracy},
                     {"ci", {row.accuracy_ci.lo, row.accuracy_ci.hi}}, {"nll", row.nll},
                     {"probability", p.probability[size_t(r)]}, {"nll_excess", row.nll_excess}, {"loo_z", row.hit_test.z}, {"loo_p", row.hit_test.p},
                     {"holm_p", row.hit_holm_p}, {"flagged", flagged}});
@@ -157,6 +158,7 @@ json protocol_json(const ProtocolResult& p) {
             {"gap_rel", s.gap.relative_gap},
             {"cochran_p", s.cochran.p},
             {"mde", s.mde},
+            {"mde_empirical", s.mde_empirical},
             {"icc", s.icc}}},
           {"period_scan",
            {{"detected", p.period_scan.detected}, {"period", p.period_scan.period}, {"p", p.period_scan.scan_p},
@@ -173,8 +175,8 @@ json protocols_json(const SelftestResult& r) {
 void print_table(const SelftestResult& r) {
   for (const ProtocolResult& p : r.protocols) {
     const selftest::Summary& s = p.summary;
-    std::printf("\n%s padding: %d samples x %u residues x 2 stages\n", protocol_name(p.protocol), p.clusters,
-                r.period);
+    std::printf("\n%s padding: %d samples x %u residues x 2 stages, %u target%s per probe\n",
+                protocol_name(p.protocol), p.clusters, r.period, r.targets, r.targets == 1 ? "" : "s");
     std::printf("  r   A_r    95%% CI          %-30s NLL    flag\n", "");
     for (int32_t i = 0; i < s.n_residues; ++i) {
       const selftest::ResidueRow& row = s.residues[size_t(i)];
@@ -222,6 +224,7 @@ json report_json(const SelftestReport& rep, const SelftestArgs& a, const Selftes
                  {"template_sha256", sha256_text(o.template_text)},
                  {"n_ctx", a.ctx},
                  {"records", a.records},
+                 {"targets", res.targets},
                  {"samples_per_stage", res.protocols.empty() ? 0 : res.protocols[0].clusters},
                  {"budget_s", budget > 0 ? json(budget) : json(nullptr)},
                  {"seed", a.seed},
@@ -300,6 +303,7 @@ int run_selftest_cmd(const SelftestArgs& a) {
   }
   o.probe_tokens = a.ctx;
   o.records = a.records;
+  o.targets = a.targets;
   o.samples = a.samples;
   o.budget_s = budget;
   o.seed = a.seed;
@@ -429,6 +433,11 @@ void register_selftest(CLI::App& app, int* exit_code) {
                   "key = value records per probe, the rest neutral filler sentences (fewer when the probe is short)")
       ->default_val(16)
       ->check(CLI::Range(8u, 4096u));
+  cmd->add_option("--targets", a->targets,
+                  "Records looked up (scored) per probe: K targets next to each other, each visiting every residue "
+                  "across the shifts; 1 is the one-target design")
+      ->default_val(kDefaultSelftestTargets)
+      ->check(CLI::Range(1u, 64u));
   auto* sm = cmd->add_option("--samples", a->samples, "Samples (clusters) per stage and protocol (default 16)")
                  ->check(CLI::Range(4, 100000));
   auto* bu = cmd->add_option("--budget", a->budget, "Time budget instead of --samples, e.g. 90s, 10m");

@@ -130,6 +130,8 @@ static int protocols(const pkv_selftest_report* r, int32_t control, int32_t n_pr
     num(p.cochran_p);
     fputs(",\"mde\":", out);
     num(p.mde);
+    fputs(",\"mde_empirical\":", out);
+    num(p.mde_empirical);
     fputs(",\"icc\":", out);
     num(p.icc);
     fputs("},", out);
@@ -198,6 +200,7 @@ int main(int argc, char** argv) {
     else if (v && !strcmp(a, "--period")) sp.period = atoi(v), ++i;
     else if (v && !strcmp(a, "--seed")) sp.seed = (uint64_t)strtoull(v, NULL, 10), ++i;
     else if (v && !strcmp(a, "--records")) sp.records = (uint32_t)atoi(v), ++i;
+    else if (v && !strcmp(a, "--targets")) sp.targets = (uint32_t)atoi(v), ++i;
     else if (v && !strcmp(a, "--threads")) sp.n_threads = atoi(v), ++i;
     else if (v && !strcmp(a, "--gate-min-acc")) sp.gate_min_acc = atof(v), ++i;
     else if (v && !strcmp(a, "--gate-max-gap")) sp.gate_max_gap = atof(v), ++i;

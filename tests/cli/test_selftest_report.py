@@ -91,8 +91,16 @@ def validate(schema, report):
 # ---- Relations between fields (the schema cannot state them) --------------------------------
 
 
-def check_protocol(where, p, P):
+def check_protocol(where, p, P, inputs):
     res = p["residues"]
+    K = inputs["targets"]
+    s = p["summary"]
+    # Every residue is looked up K times per sample, in both stages.
+    check(all(e["n"] == 2 * p["clusters"] * K for e in res), "%s: n != 2 x clusters x targets %d" % (where, K))
+    check(s["mde"] >= inputs["delta"] - 1e-12, "%s: mde %s below delta" % (where, s["mde"]))
+    if K > 1:
+        check(close(s["mde"], max(inputs["delta"], s["mde_empirical"]), 1e-9),
+              "%s: with %d targets mde %s != max(delta, mde_empirical %s)" % (where, K, s["mde"], s["mde_empirical"]))
     check(len(res) == P, "%s: %d residues, P = %d" % (where, len(res), P))
     check([e["r"] for e in res] == list(range(len(res))), "%s: residues not in order 0..P-1" % where)
     for e in res:
@@ -142,7 +150,7 @@ def check_relations(r):
 
     union = set()
     for name, p in r["protocols"].items():
-        check_protocol("protocols.%s" % name, p, P)
+        check_protocol("protocols.%s" % name, p, P, inputs)
         union |= set(p["flagged"])
     check(r["flagged"] == sorted(union), "flagged %s != union of the protocols' flags %s" % (r["flagged"], sorted(union)))
 
@@ -151,7 +159,7 @@ def check_relations(r):
         c = r["control"]
         cu = set()
         for name, p in c["protocols"].items():
-            check_protocol("control.protocols.%s" % name, p, P)
+            check_protocol("control.protocols.%s" % name, p, P, inputs)
             cu |= set(p["flagged"])
         check(c["flagged"] == sorted(cu), "control.flagged %s != union %s" % (c["flagged"], sorted(cu)))
         check(c["probe_digest"] == r["probe_digest"], "the control evaluated other probes: digest %s != %s"

@@ -75,26 +75,56 @@ TEST_CASE("selftest: probes keep length and query fixed and visit every residue 
   for (int32_t x : v.values) CHECK(keys.count(x) == 0);  // keys and values are disjoint
   for (Protocol pr : {Protocol::Outer, Protocol::InSequence}) {
     CAPTURE(protocol_name(pr));
-    for (uint32_t P : {4u, 8u}) {
+    for (uint32_t P : {4u, 8u})
+    for (uint32_t K : {1u, 8u}) {
+      CAPTURE(P);
+      CAPTURE(K);
       ProbeLayout L;
       L.period = P;
       L.length = 200;
       L.min_distance = 40;
       L.protocol = pr;
+      L.targets = K;
       for (int32_t c = 0; c < int32_t(P); ++c) {
         std::vector<Probe> probes;
         REQUIRE(make_cluster(t, v, L, 7, c, &probes).ok());
         REQUIRE(probes.size() == P);
         std::set<int32_t> residues;
+        std::vector<std::set<int32_t>> target_residues(K);
         for (const Probe& p : probes) {
           CHECK(p.ids.size() == 200);
           CHECK(p.ids[p.value_pos] == p.gold);
           CHECK(p.ids[p.value_pos - 1] == v.sep);
           CHECK(int32_t(p.value_pos % P) == p.residue);
-          CHECK(199 - p.value_pos >= 40);
-          // The query ends with the target key and the separator.
+          // The query ends with the last looked-up target's key and the separator.
           CHECK(p.ids[199] == v.sep);
-          CHECK(p.ids[198] == p.ids[p.key_pos]);
+          REQUIRE(p.golds.size() == K);
+          REQUIRE(p.score_end.size() == K);
+          CHECK(p.score_end.back() == 200);
+          CHECK(p.ids[198] == p.ids[p.value_positions.back() - 2]);
+          std::set<uint32_t> slots;
+          for (uint32_t i = 0; i < K; ++i) {
+            // Target i's record "key = value": its lookup ends with the same key and "=", the
+            // gold is its value, and (all but the last) the answer follows, teacher-forced.
+            const uint32_t vp = p.value_positions[i], e = p.score_end[i];
+            CHECK(p.ids[vp] == p.golds[i]);
+            CHECK(p.ids[vp - 1] == v.sep);
+            CHECK(p.ids[e - 1] == v.sep);
+            CHECK(p.ids[e - 2] == p.ids[vp - 2]);
+            if (i + 1 < K) {
+              CHECK(p.score_end[i + 1] == e + 4);
+              CHECK(p.ids[e] == p.golds[i]);
+            }
+            CHECK(p.residues[i] == int32_t(vp % P));
+            // Targets stand on consecutive lines starting at the first target's.
+            CHECK((vp - p.value_pos) % 4 == 0);
+            slots.insert((vp - p.value_pos) / 4);
+            // Every target keeps the distance to the first lookup's "=".
+            CHECK(p.score_end[0] - 1 - vp >= 40);
+            target_residues[i].insert(p.residues[i]);
+          }
+          CHECK(slots.size() == K);
+          CHECK(*slots.rbegin() == K - 1);
           // Shared prefix identical across the sample.
           CHECK(std::equal(p.ids.begin(), p.ids.begin() + p.shared, probes[0].ids.begin()));
           // Re-tokenizing the text gives the same ids.
@@ -106,6 +136,7 @@ TEST_CASE("selftest: probes keep length and query fixed and visit every residue 
           residues.insert(p.residue);
         }
         CHECK(residues.size() == P);  // every residue once
+        for (const auto& tr : target_residues) CHECK(tr.size() == P);  // and so for each target
         if (pr == Protocol::Outer) {
           // The whole content moves with the shift: the key moves by exactly s.
           for (const Probe& p : probes) CHECK(p.key_pos - p.shift == probes[0].key_pos - probes[0].shift);

@@ -662,7 +662,9 @@ TEST_CASE("selftest stats: check_observations rejects malformed runs") {
   CHECK_FALSE(st.ok());
   CHECK(st.message().find("nll[2][1]") != std::string::npos);
   o.nll = ClusterMatrix();
-  o.hit.at(1, 2) = 0.5;
+  o.hit.at(1, 2) = 0.5;  // a sample's mean over several targets
+  CHECK(check_observations(o).ok());
+  o.hit.at(1, 2) = 1.5;
   CHECK(check_observations(o).message().find("hit[1][2]") != std::string::npos);
   o.hit = ClusterMatrix::zeros(1, 3);
   CHECK(check_observations(o).message().find("n_clusters") != std::string::npos);
@@ -808,4 +810,73 @@ TEST_CASE("selftest stats: position period scan finds a period that does not div
   }
   MESSAGE("position scan false alarms: " << detections << " / 20");
   CHECK(detections <= 4);
+}
+
+TEST_CASE("selftest stats: empirical MDE by hand") {
+  // Leave-one-out differences of hand_matrix(), per residue (by hand):
+  //   r=0: 0, -1, -0.5, 0   sample variance 0.6875/3
+  //   r=1: 0, 0.5, 1, 0     0.6875/3
+  //   r=2: 0, 0.5, -0.5, 0  0.5/3          -> mean variance 0.625/3
+  const double zs = normal_quantile(1.0 - 0.05 / 3.0) + normal_quantile(0.8);
+  CHECK(empirical_mde(hand_matrix(), 4) == doctest::Approx(std::sqrt(zs * zs * (0.625 / 3.0) / 4.0)).epsilon(1e-12));
+  // Four times the clusters halve it; constant differences give 0.
+  CHECK(empirical_mde(hand_matrix(), 16) == doctest::Approx(empirical_mde(hand_matrix(), 4) / 2).epsilon(1e-12));
+  CHECK(empirical_mde(matrix(3, 2, {1, 0, 1, 0, 1, 0}), 3) == 0.0);
+}
+
+namespace {
+// K targets per sample: y_cr = mean over the K targets of Bernoulli(p_r + u_c + v_ci), clamped
+// to [0, 1], with a sample effect u_c in {-0.2, 0, 0.2} and a target effect v_ci in {-0.3, 0,
+// 0.3} that every residue of that target shares: the targets of one sample are correlated, and
+// each target is correlated with itself across the residues (as in the real probes, where a
+// target record is the same content at every shift).
+Observations synth_targets(const std::vector<double>& p, int32_t n_clusters, int K, Rng& rng) {
+  const int32_t P = int32_t(p.size());
+  Observations o;
+  o.hit = ClusterMatrix::zeros(n_clusters, P);
+  o.nll = ClusterMatrix::zeros(n_clusters, P);
+  for (int32_t c = 0; c < n_clusters; ++c) {
+    const double u = 0.2 * (double(rng.below(3)) - 1.0);
+    for (int i = 0; i < K; ++i) {
+      const double v = 0.3 * (double(rng.below(3)) - 1.0);
+      for (int32_t r = 0; r < P; ++r) {
+        const double pr = std::min(1.0, std::max(0.0, p[size_t(r)] + u + v));
+        const bool hit = rng.uniform() < pr;
+        o.hit.at(c, r) += (hit ? 1.0 : 0.0) / K;
+        o.nll.at(c, r) += ((hit ? 0.2 : 2.0) + 0.3 * rng.uniform()) / K;
+      }
+    }
+  }
+  return o;
+}
+}  // namespace
+
+TEST_CASE("selftest stats: several targets per sample keep the false-alarm bound and buy power") {
+  // The self-test's default design: 8 targets per sample, P = 8, 16 samples per stage. Null:
+  // every residue at 0.7; 300 runs, bound α + 3·sd. Power: residue 5 at 0.55 (a 15 pp deficit).
+  const int runs = 300;
+  const double bound = 0.05 + 3.0 * std::sqrt(0.05 * 0.95 / runs);
+  FlagParams fp;  // δ = 0.10
+  for (int K : {1, 8}) {
+    int alarms = 0, found = 0;
+    double mde_null = 0.0;
+    for (int seed = 0; seed < runs; ++seed) {
+      Rng rng(uint64_t(seed) * 104729u + uint64_t(K));
+      std::vector<double> p(8, 0.7);
+      const Observations s1 = synth_targets(p, 16, K, rng), s2 = synth_targets(p, 16, K, rng);
+      REQUIRE(check_observations(s1).ok());
+      if (!confirm(s2, screen(s1, fp).candidates, fp).flagged.empty()) ++alarms;
+      mde_null += empirical_mde(s2.hit, 16) / runs;
+      p[5] = 0.55;
+      const Observations w1 = synth_targets(p, 16, K, rng), w2 = synth_targets(p, 16, K, rng);
+      const std::vector<int32_t> f = confirm(w2, screen(w1, fp).candidates, fp).flagged;
+      if (f.size() == 1 && f[0] == 5) ++found;
+    }
+    const double rate = double(alarms) / runs;
+    MESSAGE(K << " target(s) per sample: false-alarm rate " << rate << " (bound " << bound << "), a 15 pp deficit "
+              << "found alone in " << found << " of " << runs << " runs, mean empirical MDE " << mde_null);
+    CHECK(rate <= bound);
+    if (K == 8) CHECK(found >= runs / 2);
+    if (K == 1) CHECK(found < runs / 4);
+  }
 }
