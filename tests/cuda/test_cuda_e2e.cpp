@@ -220,6 +220,7 @@ void run_model(const std::string& path, double bound, int decode_only, bool self
   long at_first_probe = -1;
   o.progress = [&](const SelftestProgress& pr) {
     if (pr.done == 1) at_first_probe = g_cuda_allocs.load();
+    return true;  // go on
   };
   s = run_selftest(*model, o, &rg);
   if (!s.ok()) {
