@@ -1,4 +1,5 @@
 #include "gguf.h"
+#include "file_io.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -125,7 +126,7 @@ Status read_value(Cursor& c, GgufType type, GgufValue* v, const std::string& key
 }
 
 Status wrong_type(const std::string& key, const GgufValue& v, const char* wanted) {
-  return make_error(StatusCode::kInvalidFile, "metadata '%s' has type %s; expected %s", key.c_str(),
+  return make_error(StatusCode::kInvalidFile, "metadata '%s' has type %s; expected %s", display_escape(key).c_str(),
                     gguf_type_name(v.type), wanted);
 }
 
@@ -136,12 +137,12 @@ Status as_int(const std::string& key, const GgufValue& v, int64_t lo, int64_t hi
                            v.type == GgufType::U64;
   if (is_unsigned) {
     if (v.u > uint64_t(hi))
-      return make_error(StatusCode::kInvalidFile, "metadata '%s' = %llu is out of range", key.c_str(),
+      return make_error(StatusCode::kInvalidFile, "metadata '%s' = %llu is out of range", display_escape(key).c_str(),
                         (unsigned long long)v.u);
     *out = int64_t(v.u);
   } else {
     if (v.i < lo || v.i > hi)
-      return make_error(StatusCode::kInvalidFile, "metadata '%s' = %lld is out of range", key.c_str(),
+      return make_error(StatusCode::kInvalidFile, "metadata '%s' = %lld is out of range", display_escape(key).c_str(),
                         (long long)v.i);
     *out = v.i;
   }
@@ -213,11 +214,11 @@ Status GgufFile::parse() {
     uint32_t type = 0;
     PKV_RETURN_IF_ERROR(c.read(&type, "metadata type"));
     if (type > uint32_t(GgufType::F64))
-      return make_error(StatusCode::kInvalidFile, "metadata '%s': value type %u is unknown", key.c_str(), type);
+      return make_error(StatusCode::kInvalidFile, "metadata '%s': value type %u is unknown", display_escape(key).c_str(), type);
     GgufValue v;
     PKV_RETURN_IF_ERROR(read_value(c, GgufType(type), &v, key, 0));
     if (!kv_.emplace(key, std::move(v)).second)
-      return make_error(StatusCode::kInvalidFile, "metadata key '%s' appears twice", key.c_str());
+      return make_error(StatusCode::kInvalidFile, "metadata key '%s' appears twice", display_escape(key).c_str());
   }
 
   bool found = false;
@@ -234,11 +235,11 @@ Status GgufFile::parse() {
     GgufTensor& t = tensors_[size_t(i)];
     PKV_RETURN_IF_ERROR(c.read_string(&t.name, "tensor name"));
     if (!names.insert(t.name).second)
-      return make_error(StatusCode::kInvalidFile, "tensor '%s' appears twice", t.name.c_str());
+      return make_error(StatusCode::kInvalidFile, "tensor '%s' appears twice", display_escape(t.name).c_str());
     uint32_t n_dims = 0;
     PKV_RETURN_IF_ERROR(c.read(&n_dims, "tensor dimension count"));
     if (n_dims == 0 || n_dims > kMaxDims)
-      return make_error(StatusCode::kInvalidFile, "tensor '%s': %u dimensions (1..%u allowed)", t.name.c_str(),
+      return make_error(StatusCode::kInvalidFile, "tensor '%s': %u dimensions (1..%u allowed)", display_escape(t.name).c_str(),
                         n_dims, kMaxDims);
     t.ne.resize(n_dims);
     uint64_t elems = 1;
@@ -246,7 +247,7 @@ Status GgufFile::parse() {
       PKV_RETURN_IF_ERROR(c.read(&t.ne[d], "tensor dimension"));
       if (t.ne[d] == 0 || t.ne[d] > (uint64_t(1) << 40) / elems)
         return make_error(StatusCode::kInvalidFile, "tensor '%s': dimension ne[%u] = %llu is implausible",
-                          t.name.c_str(), d, (unsigned long long)t.ne[d]);
+                          display_escape(t.name).c_str(), d, (unsigned long long)t.ne[d]);
       elems *= t.ne[d];
     }
     PKV_RETURN_IF_ERROR(c.read(&t.ggml_type, "tensor type"));
@@ -255,19 +256,19 @@ Status GgufFile::parse() {
     if (ti && ti->block_elems) {
       if (t.ne[0] % ti->block_elems != 0)
         return make_error(StatusCode::kInvalidFile, "tensor '%s': row length %llu is not a multiple of the %s block (%u)",
-                          t.name.c_str(), (unsigned long long)t.ne[0], ti->name, ti->block_elems);
+                          display_escape(t.name).c_str(), (unsigned long long)t.ne[0], ti->name, ti->block_elems);
       t.nbytes = elems / ti->block_elems * ti->block_bytes;
     }
     if (t.offset % alignment_ != 0)
       return make_error(StatusCode::kInvalidFile, "tensor '%s': offset %llu is not a multiple of the alignment %llu",
-                        t.name.c_str(), (unsigned long long)t.offset, (unsigned long long)alignment_);
+                        display_escape(t.name).c_str(), (unsigned long long)t.offset, (unsigned long long)alignment_);
   }
 
   const uint64_t data_start = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
   for (GgufTensor& t : tensors_) {
     if (data_start > size_ || t.offset > size_ - data_start || t.nbytes > size_ - data_start - t.offset)
       return make_error(StatusCode::kInvalidFile,
-                        "tensor '%s': data [%llu, %llu) lies past the end of the file (%llu bytes)", t.name.c_str(),
+                        "tensor '%s': data [%llu, %llu) lies past the end of the file (%llu bytes)", display_escape(t.name).c_str(),
                         (unsigned long long)(data_start + t.offset),
                         (unsigned long long)(data_start + t.offset + t.nbytes), (unsigned long long)size_);
     t.data = data_ + data_start + t.offset;
@@ -286,27 +287,24 @@ Status GgufFile::from_memory(const uint8_t* data, uint64_t size, std::unique_ptr
 }
 
 Status GgufFile::open(const std::string& path, std::unique_ptr<GgufFile>* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error(StatusCode::kIoError, "cannot open '%s': %s", path.c_str(), std::strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return make_error(StatusCode::kIoError, "'%s' is not a regular file", path.c_str());
-  }
+  int fd = -1;
+  uint64_t size = 0;
+  PKV_RETURN_IF_ERROR(open_regular_file(path, "GGUF", &fd, &size));
   std::unique_ptr<GgufFile> g(new GgufFile());
   g->path_ = path;
-  g->size_ = uint64_t(st.st_size);
+  g->size_ = size;
   if (g->size_ == 0) {
     ::close(fd);
-    return make_error(StatusCode::kInvalidFile, "%s: file is empty", path.c_str());
+    return make_error(StatusCode::kInvalidFile, "%s: file is empty", display_escape(path).c_str());
   }
   void* p = mmap(nullptr, size_t(g->size_), PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  if (p == MAP_FAILED) return make_error(StatusCode::kIoError, "cannot map '%s': %s", path.c_str(), std::strerror(errno));
+  if (p == MAP_FAILED)
+    return make_error(StatusCode::kIoError, "cannot map '%s': %s", display_escape(path).c_str(), std::strerror(errno));
   g->data_ = static_cast<const uint8_t*>(p);
   g->mapped_ = true;
   Status s = g->parse();
-  if (!s.ok()) return s.with_context(path);
+  if (!s.ok()) return s.with_context(display_escape(path));
   *out = std::move(g);
   return Status::Ok();
 }
@@ -360,7 +358,7 @@ Status GgufFile::get_f32(const std::string& key, float* out, bool* found) const 
     return wrong_type(key, *v, "a number");
   }
   if (!std::isfinite(*out))
-    return make_error(StatusCode::kInvalidFile, "metadata '%s' = %g is not finite", key.c_str(), double(*out));
+    return make_error(StatusCode::kInvalidFile, "metadata '%s' = %g is not finite", display_escape(key).c_str(), double(*out));
   return Status::Ok();
 }
 

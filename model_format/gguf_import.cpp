@@ -1,4 +1,5 @@
 #include "gguf_import.h"
+#include "file_io.h"
 
 #include <cmath>
 #include <cstring>
@@ -33,7 +34,7 @@ bool ggml_to_dtype(uint32_t ggml_type, DType* out) {
 Status require_u32(const GgufFile& g, const std::string& key, uint32_t* out) {
   bool found = false;
   PKV_RETURN_IF_ERROR(g.get_u32(key, out, &found));
-  if (!found) return make_error(StatusCode::kInvalidFile, "required metadata '%s' is missing", key.c_str());
+  if (!found) return make_error(StatusCode::kInvalidFile, "required metadata '%s' is missing", display_escape(key).c_str());
   return Status::Ok();
 }
 
@@ -46,7 +47,7 @@ Status import_config(const GgufFile& g, ModelConfig* c, bool* has_rope_freqs) {
     return make_error(StatusCode::kUnsupported,
                       "general.architecture = '%s' is not supported; PhaseKV imports llama, qwen2 and qwen3 GGUF "
                       "files",
-                      arch.c_str());
+                      display_escape(arch).c_str());
   c->architecture = arch;
   // llama.cpp's converter permutes llama's q/k rows for GGML's "normal" (interleaved) RoPE and
   // leaves Qwen's as trained: those run NeoX RoPE (pairs i, i + dim/2), as llama.cpp does.
@@ -137,7 +138,7 @@ Status import_tokenizer(const GgufFile& g, TokenizerData* t) {
     t->type = TokenizerType::None;
   } else {
     return make_error(StatusCode::kUnsupported,
-                      "tokenizer.ggml.model = '%s' is not supported (gpt2 and llama are)", model.c_str());
+                      "tokenizer.ggml.model = '%s' is not supported (gpt2 and llama are)", display_escape(model).c_str());
   }
   PKV_RETURN_IF_ERROR(g.get_string("tokenizer.ggml.pre", &t->pre, &found));
   PKV_RETURN_IF_ERROR(g.get_string_array("tokenizer.ggml.tokens", &t->tokens, &found));
@@ -195,6 +196,41 @@ static Status check_block_scales(const std::vector<TensorInfo>& tensors, const s
   return Status::Ok();
 }
 
+// Float tensors (norms, biases, f16 embeddings, compressor tensors) must be finite: a NaN norm
+// weight turns the whole residual stream into NaN at run time.
+static Status check_float_values(const std::vector<TensorInfo>& tensors, const std::vector<const void*>& data) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo& t = tensors[i];
+    if (!data[i] || t.shape.empty()) continue;
+    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16) continue;
+    const uint64_t n = t.elements();
+    const uint8_t* p = static_cast<const uint8_t*>(data[i]);
+    for (uint64_t j = 0; j < n; ++j) {
+      bool bad = false, nan = false;
+      if (t.dtype == DType::F32) {
+        float v;
+        std::memcpy(&v, p + 4 * j, 4);
+        bad = !std::isfinite(v);
+        nan = std::isnan(v);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * j, 2);
+        const uint16_t exp = t.dtype == DType::F16 ? 0x7c00 : 0x7f80;
+        const uint16_t man = t.dtype == DType::F16 ? 0x03ff : 0x007f;
+        bad = (h & exp) == exp;
+        nan = bad && (h & man) != 0;
+      }
+      if (!bad) continue;
+      const uint64_t row = t.shape.back() ? j / t.shape.back() : 0;
+      return make_error(StatusCode::kInvalidFile,
+                        "tensor '%s' (%s) row %llu, element %llu is %s; weights must be finite", display_escape(t.name).c_str(),
+                        dtype_name(t.dtype), (unsigned long long)row,
+                        (unsigned long long)(t.shape.back() ? j % t.shape.back() : j), nan ? "NaN" : "infinite");
+    }
+  }
+  return Status::Ok();
+}
+
 Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec, std::vector<const void*>* data,
                    std::vector<std::vector<float>>* owned) {
   ModelSpec s;
@@ -231,7 +267,7 @@ Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec
   auto add_tensor = [&](const std::string& name, DType dt, const std::vector<uint64_t>& shape,
                         const void* bytes, const char* origin) -> Status {
     if (s.find_tensor(name))
-      return make_error(StatusCode::kInvalidArgument, "tensor '%s' (%s) is already in the model", name.c_str(),
+      return make_error(StatusCode::kInvalidArgument, "tensor '%s' (%s) is already in the model", display_escape(name).c_str(),
                         origin);
     TensorInfo t;
     t.name = name;
@@ -254,13 +290,13 @@ Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec
       return make_error(StatusCode::kInvalidArgument,
                         "tensor '%s' from the gates file is not read by %s; set the layer's memory with --kv "
                         "(gate=scalar|vector, payload=map, entry_norm=1, sink=1)",
-                        e.name.c_str(), layer_desc.c_str());
+                        display_escape(e.name).c_str(), layer_desc.c_str());
     uint64_t need = 0;
     Status st = tensor_byte_size(e.dtype, e.shape, &need);
     if (!st.ok()) return st.with_context("tensor '" + e.name + "'");
     if (need != e.bytes.size())
       return make_error(StatusCode::kInvalidArgument, "tensor '%s': %zu bytes given, its dtype and shape need %llu",
-                        e.name.c_str(), e.bytes.size(), (unsigned long long)need);
+                        display_escape(e.name).c_str(), e.bytes.size(), (unsigned long long)need);
     PKV_RETURN_IF_ERROR(add_tensor(e.name, e.dtype, e.shape, e.bytes.data(), "from the gates file"));
   }
   for (uint32_t l = 0; l < planted.size(); ++l) {
@@ -284,6 +320,7 @@ Status import_gguf(const GgufFile& g, const ImportOptions& opts, ModelSpec* spec
   s.provenance.converter = kConverterVersion;
   (void)has_rope_freqs;
   PKV_RETURN_IF_ERROR(check_block_scales(s.tensors, ptrs));
+  PKV_RETURN_IF_ERROR(check_float_values(s.tensors, ptrs));
   *spec = std::move(s);
   *data = std::move(ptrs);
   return Status::Ok();
@@ -313,9 +350,11 @@ Status convert_gguf_to_pkv(const std::string& in_path, const std::string& out_pa
         for (size_t j = 0; j < v.size(); ++j)
           if (!std::isfinite(v[j]))
             return make_error(StatusCode::kInvalidFile, "%s: tensor '%s' element %zu is %s", in_path.c_str(),
-                              e.name.c_str(), j, std::isnan(v[j]) ? "NaN" : "infinite");
+                              display_escape(e.name).c_str(), j, std::isnan(v[j]) ? "NaN" : "infinite");
       }
-  PKV_RETURN_IF_ERROR(write_model_file(out_path, spec, data));
+  WriteOptions wo;
+  wo.replace = opts.replace;
+  PKV_RETURN_IF_ERROR(write_model_file(out_path, spec, data, wo));
   if (spec_out) *spec_out = std::move(spec);
   return Status::Ok();
 }

@@ -24,6 +24,7 @@ struct ExtraTensor {
 struct ImportOptions {
   std::vector<std::string> kv_specs;       // --kv specifications, applied in order (kv_spec.h)
   std::vector<ExtraTensor> extra_tensors;  // added to the model; a name clash with the GGUF is an error
+  bool replace = true;                     // convert_gguf_to_pkv: replace an existing output (WriteOptions)
 };
 
 // Fills *spec (offsets not yet laid out) and *data (one pointer per tensor: into g's mapping,

@@ -5,10 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
+#include "file_io.h"
 #include "phasekv_generated.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace phasekv {
 
@@ -174,7 +180,18 @@ Status read_spec(const uint8_t* meta, uint64_t meta_size, ModelSpec* spec) {
     spec->provenance.source_name = str_or_empty(p->source_name());
     spec->provenance.converter = str_or_empty(p->converter());
   }
+  if (const fb::Integrity* in = m->integrity()) {
+    spec->blob_hash.algorithm = HashAlgorithm(in->blob_hash_algorithm());
+    if (in->blob_hash()) spec->blob_hash.digest.assign(in->blob_hash()->begin(), in->blob_hash()->end());
+  }
   return Status::Ok();
+}
+
+std::string hex(const std::vector<uint8_t>& d) {
+  static const char k[] = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : d) s += {k[b >> 4], k[b & 15]};
+  return s;
 }
 
 }  // namespace
@@ -196,36 +213,106 @@ Status ModelFile::from_memory(const uint8_t* data, uint64_t size, std::unique_pt
 }
 
 Status ModelFile::open(const std::string& path, std::unique_ptr<ModelFile>* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error(StatusCode::kIoError, "cannot open '%s': %s", path.c_str(), std::strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return make_error(StatusCode::kIoError, "'%s' is not a regular file", path.c_str());
-  }
-  const uint64_t size = uint64_t(st.st_size);
+  return open(path, OpenOptions(), out);
+}
+
+Status ModelFile::open(const std::string& path, const OpenOptions& options, std::unique_ptr<ModelFile>* out) {
+  int fd = -1;
+  uint64_t size = 0;
+  PKV_RETURN_IF_ERROR(open_regular_file(path, "model", &fd, &size));
+  const std::string shown = display_escape(path);
   if (size < sizeof(FileHeader)) {
     ::close(fd);
     return make_error(StatusCode::kInvalidFile, "%s: file is %llu bytes, shorter than the %zu-byte header",
-                      path.c_str(), (unsigned long long)size, sizeof(FileHeader));
+                      shown.c_str(), (unsigned long long)size, sizeof(FileHeader));
   }
-  void* p = mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED)
-    return make_error(StatusCode::kIoError, "cannot map '%s': %s", path.c_str(), std::strerror(errno));
   std::unique_ptr<ModelFile> mf(new ModelFile());
   mf->path_ = path;
-  mf->data_ = static_cast<const uint8_t*>(p);
   mf->size_ = size;
-  mf->mapped_ = true;  // unmapped by the destructor, also on a failed parse
+  if (options.map) {
+    void* p = mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED)
+      return make_error(StatusCode::kIoError, "cannot map '%s': %s", shown.c_str(), std::strerror(errno));
+    mf->data_ = static_cast<const uint8_t*>(p);
+    mf->mapped_ = true;  // unmapped by the destructor, also on a failed parse
+  } else {
+    // A copy that no longer depends on the file: replacing or truncating it under a running
+    // process changes nothing here (a mapping would see the new bytes, or raise SIGBUS).
+    void* p = nullptr;
+    if (posix_memalign(&p, size_t(kBlobAlign), size_t(size)) != 0 || !p) {
+      ::close(fd);
+      return make_error(StatusCode::kOutOfMemory, "cannot allocate %llu bytes to read '%s' into memory",
+                        (unsigned long long)size, shown.c_str());
+    }
+    mf->data_ = static_cast<const uint8_t*>(p);
+    mf->owned_ = true;  // freed by the destructor
+    uint8_t* dst = static_cast<uint8_t*>(p);
+    uint64_t done = 0;
+    while (done < size) {
+      const size_t chunk = size_t(std::min<uint64_t>(size - done, 1ull << 30));
+      const ssize_t n = ::read(fd, dst + done, chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int e = n < 0 ? errno : 0;
+        ::close(fd);
+        if (e) return make_error(StatusCode::kIoError, "cannot read '%s': %s", shown.c_str(), std::strerror(e));
+        return make_error(StatusCode::kIoError, "cannot read '%s': the file shrank to %llu bytes while it was read",
+                          shown.c_str(), (unsigned long long)done);
+      }
+      done += uint64_t(n);
+    }
+    ::close(fd);
+  }
   Status s = parse(mf->data_, size, mf.get());
-  if (!s.ok()) return s.with_context(path);
+  if (!s.ok()) return s.with_context(shown);
+  if (options.verify) {
+    s = mf->verify_blob_hash();
+    if (!s.ok()) return s.with_context(shown);
+  }
   *out = std::move(mf);
+  return Status::Ok();
+}
+
+Status compute_blob_hash(const uint8_t* blob, uint64_t size, BlobHash* out) {
+  XXH3_state_t* st = XXH3_createState();
+  if (!st) return make_error(StatusCode::kOutOfMemory, "cannot allocate the hash state");
+  XXH3_128bits_reset(st);
+  for (uint64_t off = 0; off < size;) {
+    const size_t chunk = size_t(std::min<uint64_t>(size - off, 1ull << 30));
+    XXH3_128bits_update(st, blob + off, chunk);
+    off += chunk;
+  }
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+  XXH3_freeState(st);
+  out->algorithm = HashAlgorithm::XXH3_128;
+  out->digest.assign(c.digest, c.digest + sizeof(c.digest));
+  return Status::Ok();
+}
+
+std::string BlobHash::hex() const { return phasekv::hex(digest); }
+
+Status ModelFile::verify_blob_hash() const {
+  const BlobHash& want = spec_.blob_hash;
+  if (!want.present())
+    return make_error(StatusCode::kUnsupported,
+                      "integrity: the file records no content hash (written by an older converter); convert the "
+                      "GGUF again to add one");
+  BlobHash got;
+  PKV_RETURN_IF_ERROR(compute_blob_hash(blob(), header_.blob_size, &got));
+  if (got.digest != want.digest)
+    return make_error(StatusCode::kInvalidFile,
+                      "integrity.blob_hash: the tensor data does not match the hash written at conversion (%s "
+                      "recorded, %s now): the file was changed in place or damaged. Replace a model by writing "
+                      "the new file elsewhere and renaming it over the old one",
+                      want.hex().c_str(), got.hex().c_str());
   return Status::Ok();
 }
 
 ModelFile::~ModelFile() {
   if (mapped_ && data_) munmap(const_cast<uint8_t*>(data_), size_t(size_));
+  if (owned_) std::free(const_cast<uint8_t*>(data_));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -274,24 +361,50 @@ flatbuffers::Offset<fb::Model> build_model(flatbuffers::FlatBufferBuilder& b, co
   const Provenance& p = s.provenance;
   auto prov = fb::CreateProvenance(b, b.CreateString(p.source_file), b.CreateString(p.source_format),
                                    b.CreateString(p.source_name), b.CreateString(p.converter));
+  flatbuffers::Offset<fb::Integrity> integrity = 0;
+  if (s.blob_hash.present())
+    integrity = fb::CreateIntegrity(b, fb::HashAlgorithm(s.blob_hash.algorithm), b.CreateVector(s.blob_hash.digest));
   return fb::CreateModel(b, config, b.CreateVector(layers), b.CreateVector(tensors), tok,
-                         b.CreateString(s.chat_template), prov);
+                         b.CreateString(s.chat_template), prov, integrity);
 }
 
-Status write_all(int fd, const void* data, uint64_t size, uint64_t offset) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  while (size > 0) {
-    const size_t chunk = size_t(size < (1ull << 30) ? size : (1ull << 30));
-    ssize_t n = pwrite(fd, p, chunk, off_t(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(StatusCode::kIoError, "write failed at byte %llu: %s", (unsigned long long)offset,
-                        std::strerror(errno));
+// The hash of a blob laid out by layout_tensors (in order, zero padding between tensors,
+// zeros for a null data pointer), computed from the tensors before anything is written.
+Status hash_laid_out_blob(const ModelSpec& spec, const std::vector<const void*>& data, uint64_t blob_size,
+                          BlobHash* out) {
+  static const uint8_t kZeros[65536] = {};
+  XXH3_state_t* st = XXH3_createState();
+  if (!st) return make_error(StatusCode::kOutOfMemory, "cannot allocate the hash state");
+  XXH3_128bits_reset(st);
+  auto zeros = [&](uint64_t n) {
+    while (n > 0) {
+      const size_t c = size_t(std::min<uint64_t>(n, sizeof(kZeros)));
+      XXH3_128bits_update(st, kZeros, c);
+      n -= c;
     }
-    p += n;
-    size -= uint64_t(n);
-    offset += uint64_t(n);
+  };
+  uint64_t pos = 0;
+  for (size_t i = 0; i < spec.tensors.size(); ++i) {
+    const TensorInfo& t = spec.tensors[i];
+    PKV_ASSERT(t.offset >= pos);  // layout_tensors places tensors in order
+    zeros(t.offset - pos);
+    if (data[i]) {
+      for (uint64_t off = 0; off < t.size;) {
+        const size_t c = size_t(std::min<uint64_t>(t.size - off, 1ull << 30));
+        XXH3_128bits_update(st, static_cast<const uint8_t*>(data[i]) + off, c);
+        off += c;
+      }
+    } else {
+      zeros(t.size);
+    }
+    pos = t.offset + t.size;
   }
+  zeros(blob_size - pos);
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+  XXH3_freeState(st);
+  out->algorithm = HashAlgorithm::XXH3_128;
+  out->digest.assign(c.digest, c.digest + sizeof(c.digest));
   return Status::Ok();
 }
 
@@ -310,6 +423,7 @@ Status write_model_file(const std::string& path, const ModelSpec& in, const std:
     if (opts.blob_size) blob_size = opts.blob_size;
   } else {
     PKV_RETURN_IF_ERROR(layout_tensors(&spec.tensors, &blob_size));
+    PKV_RETURN_IF_ERROR(hash_laid_out_blob(spec, tensor_data, blob_size, &spec.blob_hash));
   }
   if (opts.validate) PKV_RETURN_IF_ERROR(validate_spec(spec, blob_size));
 
@@ -325,25 +439,20 @@ Status write_model_file(const std::string& path, const ModelSpec& in, const std:
   h.blob_offset = (h.meta_offset + h.meta_size + kBlobAlign - 1) / kBlobAlign * kBlobAlign;
   h.blob_size = blob_size;
 
-  const std::string tmp = path + ".partial";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return make_error(StatusCode::kIoError, "cannot create '%s': %s", tmp.c_str(), std::strerror(errno));
-  Status s = write_all(fd, &h, sizeof(h), 0);
-  if (s.ok()) s = write_all(fd, builder.GetBufferPointer(), h.meta_size, h.meta_offset);
+  AtomicFile out;
+  Status s = out.open(path, "model", opts.replace);
+  if (s.ok()) s = out.write_at(&h, sizeof(h), 0);
+  if (s.ok()) s = out.write_at(builder.GetBufferPointer(), h.meta_size, h.meta_offset);
   for (size_t i = 0; s.ok() && i < spec.tensors.size(); ++i) {
     const TensorInfo& t = spec.tensors[i];
     if (tensor_data[i] && t.offset <= blob_size && t.size <= blob_size - t.offset)
-      s = write_all(fd, tensor_data[i], t.size, h.blob_offset + t.offset);
+      s = out.write_at(tensor_data[i], t.size, h.blob_offset + t.offset);
   }
-  if (s.ok() && ftruncate(fd, off_t(h.blob_offset + h.blob_size)) != 0)
-    s = make_error(StatusCode::kIoError, "cannot size '%s': %s", tmp.c_str(), std::strerror(errno));
-  if (::close(fd) != 0 && s.ok())
-    s = make_error(StatusCode::kIoError, "closing '%s': %s", tmp.c_str(), std::strerror(errno));
-  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0)
-    s = make_error(StatusCode::kIoError, "cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(),
+  if (s.ok() && ftruncate(out.fd(), off_t(h.blob_offset + h.blob_size)) != 0)
+    s = make_error(StatusCode::kIoError, "cannot size '%s': %s", display_escape(out.temp_path()).c_str(),
                    std::strerror(errno));
-  if (!s.ok()) ::unlink(tmp.c_str());
-  return s.ok() ? s : s.with_context(path);
+  if (s.ok()) s = out.commit();
+  return s;
 }
 
 }  // namespace phasekv

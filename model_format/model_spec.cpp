@@ -1,4 +1,5 @@
 #include "model_spec.h"
+#include "file_io.h"
 
 #include <algorithm>
 #include <cmath>
@@ -197,7 +198,7 @@ Status validate_config(const ModelConfig& c) {
   if (c.architecture != "llama" && c.architecture != "qwen2" && c.architecture != "qwen3")
     return make_error(StatusCode::kUnsupported,
                       "config.architecture = '%s' is not supported (PhaseKV runs 'llama', 'qwen2', 'qwen3')",
-                      c.architecture.c_str());
+                      display_escape(c.architecture).c_str());
   PKV_RETURN_IF_ERROR(check_range("config.vocab_size", c.vocab_size, 1, limits::kVocab));
   PKV_RETURN_IF_ERROR(check_range("config.d_model", c.d_model, 1, limits::kDModel));
   PKV_RETURN_IF_ERROR(check_range("config.n_layers", c.n_layers, 1, limits::kLayers));
@@ -292,14 +293,14 @@ Status validate_tensors(const ModelSpec& spec, uint64_t blob_size) {
     const TensorInfo* b = by_offset[i];
     if (a->offset + a->size > b->offset)
       return make_error(StatusCode::kInvalidFile, "tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap",
-                        a->name.c_str(), (unsigned long long)a->offset, (unsigned long long)(a->offset + a->size),
-                        b->name.c_str(), (unsigned long long)b->offset, (unsigned long long)(b->offset + b->size));
+                        display_escape(a->name).c_str(), (unsigned long long)a->offset, (unsigned long long)(a->offset + a->size),
+                        display_escape(b->name).c_str(), (unsigned long long)b->offset, (unsigned long long)(b->offset + b->size));
   }
   for (const ExpectedTensor& e : llama_expected_tensors(spec.config)) {
     const TensorInfo* t = spec.find_tensor(e.name);
-    if (!t) return make_error(StatusCode::kInvalidFile, "required tensor '%s' is missing", e.name.c_str());
+    if (!t) return make_error(StatusCode::kInvalidFile, "required tensor '%s' is missing", display_escape(e.name).c_str());
     if (t->shape != e.shape)
-      return make_error(StatusCode::kInvalidFile, "tensor '%s' has shape %s; the config implies %s", e.name.c_str(),
+      return make_error(StatusCode::kInvalidFile, "tensor '%s' has shape %s; the config implies %s", display_escape(e.name).c_str(),
                         shape_str(t->shape).c_str(), shape_str(e.shape).c_str());
   }
   for (uint32_t l = 0; l < spec.layers.size(); ++l) {
@@ -308,14 +309,14 @@ Status validate_tensors(const ModelSpec& spec, uint64_t blob_size) {
       if (!t) {
         if (!e.required) continue;
         return make_error(StatusCode::kInvalidFile, "layers[%u] (%s) needs tensor '%s' %s, which is missing", l,
-                          spec.layers[l].describe().c_str(), e.name.c_str(), shape_str(e.shape).c_str());
+                          spec.layers[l].describe().c_str(), display_escape(e.name).c_str(), shape_str(e.shape).c_str());
       }
       if (t->shape != e.shape)
         return make_error(StatusCode::kInvalidFile, "tensor '%s' has shape %s; layers[%u] (%s) implies %s",
-                          e.name.c_str(), shape_str(t->shape).c_str(), l, spec.layers[l].describe().c_str(),
+                          display_escape(e.name).c_str(), shape_str(t->shape).c_str(), l, spec.layers[l].describe().c_str(),
                           shape_str(e.shape).c_str());
       if (e.f32_only && t->dtype != DType::F32)
-        return make_error(StatusCode::kInvalidFile, "tensor '%s' is %s; it must be F32", e.name.c_str(),
+        return make_error(StatusCode::kInvalidFile, "tensor '%s' is %s; it must be F32", display_escape(e.name).c_str(),
                           dtype_name(t->dtype));
     }
   }
@@ -387,6 +388,22 @@ Status validate_spec(const ModelSpec& spec, uint64_t blob_size) {
   for (uint32_t i = 0; i < spec.layers.size(); ++i) PKV_RETURN_IF_ERROR(validate_memory(spec.layers[i], i));
   PKV_RETURN_IF_ERROR(validate_tensors(spec, blob_size));
   PKV_RETURN_IF_ERROR(validate_tokenizer(spec.tokenizer, spec.config));
+  const BlobHash& h = spec.blob_hash;
+  switch (h.algorithm) {
+    case HashAlgorithm::None:
+      if (!h.digest.empty())
+        return make_error(StatusCode::kInvalidFile, "integrity.blob_hash has %zu bytes but no algorithm",
+                          h.digest.size());
+      break;
+    case HashAlgorithm::XXH3_128:
+      if (h.digest.size() != 16)
+        return make_error(StatusCode::kInvalidFile, "integrity.blob_hash has %zu bytes; XXH3_128 has 16",
+                          h.digest.size());
+      break;
+    default:
+      return make_error(StatusCode::kUnsupported, "integrity.blob_hash_algorithm = %u is unknown to this build",
+                        unsigned(h.algorithm));
+  }
   return Status::Ok();
 }
 

@@ -117,6 +117,15 @@ struct Provenance {
   bool operator==(const Provenance& o) const;
 };
 
+// The tensor blob's content hash (schema table Integrity).
+enum class HashAlgorithm : uint8_t { None = 0, XXH3_128 = 1 };
+struct BlobHash {
+  HashAlgorithm algorithm = HashAlgorithm::None;
+  std::vector<uint8_t> digest;  // XXH3_128: 16 bytes, canonical (big-endian) order
+  bool present() const { return algorithm != HashAlgorithm::None; }
+  std::string hex() const;  // the digest in lower-case hex
+};
+
 struct ModelSpec {
   ModelConfig config;
   std::vector<AttentionMemory> layers;  // one per layer
@@ -124,6 +133,7 @@ struct ModelSpec {
   TokenizerData tokenizer;
   std::string chat_template;
   Provenance provenance;
+  BlobHash blob_hash;  // set by write_model_file; absent in older files
 
   const TensorInfo* find_tensor(const std::string& name) const;
 };

@@ -100,11 +100,27 @@ int pkv_has_cuda(void) {
 #endif
 }
 
+pkv_model_params pkv_model_default_params(void) {
+  pkv_model_params p;
+  p.use_mmap = 1;
+  p.verify = 0;
+  return p;
+}
+
 pkv_status pkv_model_load(const char* path, pkv_model** out) {
   PKV_CHECK_ARG(path && out, "pkv_model_load: path and out must not be NULL");
+  return pkv_model_load_with_params(path, nullptr, out);
+}
+
+pkv_status pkv_model_load_with_params(const char* path, const pkv_model_params* params, pkv_model** out) {
+  PKV_CHECK_ARG(path && out, "pkv_model_load_with_params: path and out must not be NULL");
+  const pkv_model_params p = params ? *params : pkv_model_default_params();
   return guarded([&] {
     std::unique_ptr<pkv_model> m(new pkv_model());
-    phasekv::Status s = phasekv::Model::load(path, &m->m);
+    phasekv::Model::LoadOptions lo;
+    lo.mmap = p.use_mmap != 0;
+    lo.verify = p.verify != 0;
+    phasekv::Status s = phasekv::Model::load(path, lo, &m->m);
     if (!s.ok()) return fail(s);
     m->path = path;
     *out = m.release();

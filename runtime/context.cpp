@@ -1,4 +1,5 @@
 #include "context.h"
+#include "host_memory.h"
 
 #include <mimalloc.h>
 
@@ -111,6 +112,19 @@ Status Context::create(const Model& model, const ContextParams& params, std::uni
     return make_error(StatusCode::kBudgetExceeded, "the context needs %llu bytes, over its memory budget of %llu\n%s",
                       (unsigned long long)ctx->plan_.arena_bytes, (unsigned long long)params.memory_budget,
                       ctx->plan_.itemised().c_str());
+  // The arena is zeroed at creation (every page touched): a plan larger than the memory this
+  // process can still have would be OOM-killed, maybe taking other processes with it.
+  const uint64_t host_bytes = ctx->plan_.space_bytes[int(MemorySpace::Host)] +
+                              ctx->plan_.space_bytes[int(MemorySpace::PinnedHost)];
+  if (host_bytes > 0) {
+    const HostMemory hm = host_memory_available();
+    if (hm.known && host_bytes > hm.available)
+      return make_error(StatusCode::kOutOfMemory,
+                        "the context needs %llu bytes of host memory, more than this process can still have "
+                        "(%llu bytes: %s); lower the context length (n_ctx = %u)\n%s",
+                        (unsigned long long)host_bytes, (unsigned long long)hm.available, hm.source.c_str(),
+                        params.n_ctx, ctx->plan_.itemised().c_str());
+  }
   PKV_RETURN_IF_ERROR(ctx->bind_weights());
   PKV_RETURN_IF_ERROR(ctx->plan_and_allocate());
   *out = std::move(ctx);

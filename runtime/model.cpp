@@ -1,7 +1,12 @@
 #include "model.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <vector>
+
+#include "file_io.h"
+#include "host_memory.h"
 
 namespace phasekv {
 
@@ -9,7 +14,21 @@ Status Model::load(const std::string& path, std::unique_ptr<Model>* out) { retur
 
 Status Model::load(const std::string& path, const LoadOptions& options, std::unique_ptr<Model>* out) {
   std::unique_ptr<Model> m(new Model());
-  PKV_RETURN_IF_ERROR(ModelFile::open(path, &m->file_));
+  ModelFile::OpenOptions fo;
+  fo.map = options.mmap;
+  fo.verify = options.verify;
+  if (!options.mmap) {
+    // The copy takes the file's size in RAM: refused before reading when it cannot fit.
+    struct stat st;
+    const HostMemory hm = host_memory_available();
+    if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && hm.known && uint64_t(st.st_size) > hm.available)
+      return make_error(StatusCode::kOutOfMemory,
+                        "%s: reading the model into memory (no mmap) needs %llu bytes, more than this process can "
+                        "still have (%llu bytes: %s); load it mapped instead",
+                        display_escape(path).c_str(), (unsigned long long)st.st_size,
+                        (unsigned long long)hm.available, hm.source.c_str());
+  }
+  PKV_RETURN_IF_ERROR(ModelFile::open(path, fo, &m->file_));
   m->spec_ = m->file_->spec();
   if (options.full_attention) {
     for (uint32_t l = 0; l < m->spec_.layers.size(); ++l) {
@@ -17,12 +36,12 @@ Status Model::load(const std::string& path, const LoadOptions& options, std::uni
       if (a.kind == MemoryKind::Compressed && a.payload != PayloadSource::LayerProjection)
         return make_error(StatusCode::kUnsupported,
                           "%s: layer %u (%s) pools its own payload maps; the file has no full-attention twin",
-                          path.c_str(), l, a.describe().c_str());
+                          display_escape(path).c_str(), l, a.describe().c_str());
       m->spec_.layers[l] = AttentionMemory();
     }
   }
   Status s = m->build();
-  if (!s.ok()) return s.with_context(path);
+  if (!s.ok()) return s.with_context(display_escape(path));
   *out = std::move(m);
   return Status::Ok();
 }

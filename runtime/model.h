@@ -43,6 +43,15 @@ class Model {
     // self-test's control). Refused when a compressed layer has its own payload maps (no
     // K/V projections to attend with).
     bool full_attention = false;
+    // true: map the file and use the weights in place (the default; the file must not change
+    // while the model is loaded: replace it by writing elsewhere and renaming). false: read the
+    // file into memory the model owns, so replacing or truncating the file cannot affect it
+    // (ModelFile::OpenOptions::map). Refused with kOutOfMemory, before reading, when the file
+    // is larger than the memory this process can still have (host_memory.h).
+    bool mmap = true;
+    // Check the tensor data against the content hash written at conversion: kInvalidFile on a
+    // mismatch, kUnsupported for a file without one. Costs one pass over the weights.
+    bool verify = false;
   };
   static Status load(const std::string& path, std::unique_ptr<Model>* out);
   static Status load(const std::string& path, const LoadOptions& options, std::unique_ptr<Model>* out);

@@ -53,8 +53,27 @@ int pkv_has_cuda(void);
 
 /* ---- Model ---------------------------------------------------------------------------- */
 
-/* Maps and verifies a .pkv file. *out receives the model (caller frees with pkv_model_free). */
+/* Maps and verifies a .pkv file. *out receives the model (caller frees with pkv_model_free).
+ * The same as pkv_model_load_with_params with pkv_model_default_params(). */
 pkv_status pkv_model_load(const char* path, pkv_model** out);
+
+typedef struct pkv_model_params {
+  int32_t use_mmap; /* 1: map the file and use the weights in place (default). The file must then
+                       not change while the model is loaded: to update a model, write the new
+                       file elsewhere and rename it over the old one (an in-place copy changes the
+                       weights under the running process; a truncation kills it with SIGBUS).
+                       0: read the file into memory the model owns (the file's size in RAM); the
+                       file may then be replaced or deleted freely. Refused with
+                       PKV_ERR_OUT_OF_MEMORY when the file exceeds the memory still available. */
+  int32_t verify;   /* 1: check the tensor data against the content hash the converter wrote:
+                       PKV_ERR_INVALID_FILE when they differ (the file changed after conversion),
+                       PKV_ERR_UNSUPPORTED for a file without a hash. One pass over the weights.
+                       (default 0) */
+} pkv_model_params;
+
+pkv_model_params pkv_model_default_params(void);
+/* Loads a .pkv file as params say (NULL params: the defaults). On failure nothing is created. */
+pkv_status pkv_model_load_with_params(const char* path, const pkv_model_params* params, pkv_model** out);
 void pkv_model_free(pkv_model* model);
 int32_t pkv_model_n_vocab(const pkv_model* model);
 uint32_t pkv_model_max_positions(const pkv_model* model); /* trained context length */
@@ -151,12 +170,13 @@ pkv_status pkv_context_restore(pkv_context* ctx, const void* buf, size_t size);
 /* ---- Sampler ---------------------------------------------------------------------------- */
 
 typedef struct pkv_sampler_params {
-  float temperature;      /* <= 0: greedy (default 0.8) */
+  float temperature;      /* >= 0; 0: greedy (default 0.8); negative or NaN: PKV_ERR_INVALID_ARGUMENT */
   int32_t top_k;          /* 0 = off (default 40) */
   float top_p;            /* (0, 1]; 1 = off (default 0.95) */
   float min_p;            /* [0, 1]; 0 = off (default 0.05) */
   float repeat_penalty;   /* > 0; 1 = off (default 1.0) */
-  int32_t repeat_last_n;  /* tokens the penalty looks back (default 64) */
+  int32_t repeat_last_n;  /* tokens the penalty looks back, 0..1048576 (default 64; the history is
+                             allocated at init, 4 bytes a token) */
   uint64_t seed;          /* same seed, same tokens (default 0) */
 } pkv_sampler_params;
 

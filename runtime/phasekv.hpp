@@ -23,9 +23,10 @@ inline void check(pkv_status s) {
 
 class Model {
  public:
-  explicit Model(const std::string& path) {
+  explicit Model(const std::string& path) : Model(path, pkv_model_default_params()) {}
+  Model(const std::string& path, const pkv_model_params& params) {
     pkv_model* m = nullptr;
-    check(pkv_model_load(path.c_str(), &m));
+    check(pkv_model_load_with_params(path.c_str(), &params, &m));
     m_.reset(m);
   }
   const pkv_model* get() const { return m_.get(); }

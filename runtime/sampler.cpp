@@ -21,7 +21,9 @@ bool by_logit(const C& a, const C& b) { return a.logit > b.logit || (a.logit == 
 
 Status Sampler::create(int32_t n_vocab, const SamplerParams& p, Sampler* out) {
   if (n_vocab <= 0) return make_error(StatusCode::kInvalidArgument, "sampler: n_vocab = %d", n_vocab);
-  if (!std::isfinite(p.temperature)) return make_error(StatusCode::kInvalidArgument, "temperature is not finite");
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f)
+    return make_error(StatusCode::kInvalidArgument, "temperature = %g must be a finite number >= 0 (0 = greedy)",
+                      double(p.temperature));
   if (p.top_k < 0) return make_error(StatusCode::kInvalidArgument, "top_k = %d must be >= 0", p.top_k);
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
     return make_error(StatusCode::kInvalidArgument, "top_p = %g must be in (0, 1]", double(p.top_p));
@@ -29,8 +31,9 @@ Status Sampler::create(int32_t n_vocab, const SamplerParams& p, Sampler* out) {
     return make_error(StatusCode::kInvalidArgument, "min_p = %g must be in [0, 1]", double(p.min_p));
   if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty))
     return make_error(StatusCode::kInvalidArgument, "repeat_penalty = %g must be > 0", double(p.repeat_penalty));
-  if (p.repeat_last_n < 0)
-    return make_error(StatusCode::kInvalidArgument, "repeat_last_n = %d must be >= 0", p.repeat_last_n);
+  if (p.repeat_last_n < 0 || p.repeat_last_n > kMaxRepeatLastN)
+    return make_error(StatusCode::kInvalidArgument, "repeat_last_n = %d must be in [0, %d]", p.repeat_last_n,
+                      kMaxRepeatLastN);
   Sampler s;
   s.p_ = p;
   s.n_vocab_ = n_vocab;

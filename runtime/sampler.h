@@ -10,13 +10,18 @@
 
 namespace phasekv {
 
+// The longest repetition-penalty window: the history is allocated at creation (4 bytes per
+// token), so a hostile value must not become a multi-gigabyte allocation. A million tokens is
+// more than any context a device runs.
+constexpr int32_t kMaxRepeatLastN = 1 << 20;
+
 struct SamplerParams {
-  float temperature = 0.8f;     // <= 0: greedy (argmax, lowest id on ties)
+  float temperature = 0.8f;     // 0: greedy (argmax, lowest id on ties); negative or NaN is refused
   int32_t top_k = 40;           // keep the k most likely tokens; 0 = off
   float top_p = 0.95f;          // keep the smallest set with probability mass >= p; 1 = off
   float min_p = 0.05f;          // drop tokens below min_p x the top probability; 0 = off
   float repeat_penalty = 1.0f;  // > 1 discourages tokens seen in the last repeat_last_n; 1 = off
-  int32_t repeat_last_n = 64;   // window of the repetition penalty (tokens)
+  int32_t repeat_last_n = 64;   // window of the repetition penalty (tokens), 0..kMaxRepeatLastN
   uint64_t seed = 0;            // generator seed
 };
 

@@ -13,6 +13,12 @@ namespace phasekv {
 // ---- template ------------------------------------------------------------------------------
 
 Status parse_template(const Tokenizer& tok, const std::string& text, ProbeTemplate* out) {
+  // An editor's byte-order mark would be tokenized as content before the slot and silently
+  // shift the slot's phase (and the deployed prompt has no BOM).
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0)
+    return make_error(StatusCode::kInvalidArgument,
+                      "the template starts with a UTF-8 byte-order mark (EF BB BF), which would be tokenized before "
+                      "the slot and shift its phase; save the file without a BOM");
   const std::string slot = kContentSlot;
   const size_t first = text.find(slot);
   if (first == std::string::npos)

@@ -24,7 +24,7 @@ struct ProbeTemplate {
 };
 
 // Errors (kInvalidArgument): no slot, more than one slot, a slot inside a special token,
-// text that is not UTF-8.
+// text that is not UTF-8, a leading UTF-8 byte-order mark.
 Status parse_template(const Tokenizer& tok, const std::string& text, ProbeTemplate* out);
 // The model's own chat template with the probe as the user message (and the generation
 // prompt after it), as template text with a slot.

@@ -8,44 +8,6 @@ namespace phasekv {
 Status make_bpe_tokenizer(const TokenizerData& d, std::unique_ptr<Tokenizer>* out);
 Status make_spm_tokenizer(const TokenizerData& d, std::unique_ptr<Tokenizer>* out);
 
-int utf8_sequence_length(const unsigned char* s, size_t n) {
-  if (n == 0) return 0;
-  const unsigned char c = s[0];
-  int len;
-  uint32_t min_cp;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) { len = 2; min_cp = 0x80; }
-  else if (c >= 0xE0 && c <= 0xEF) { len = 3; min_cp = 0x800; }
-  else if (c >= 0xF0 && c <= 0xF4) { len = 4; min_cp = 0x10000; }
-  else return -1;
-  uint32_t cp = c & (0x7F >> len);
-  for (int i = 1; i < len; ++i) {
-    if (size_t(i) >= n) return 0;  // incomplete so far
-    if ((s[i] & 0xC0) != 0x80) return -1;
-    cp = (cp << 6) | (s[i] & 0x3F);
-    // Reject overlongs, surrogates and > U+10FFFF as early as the second byte allows.
-    if (i == 1) {
-      if (len == 3 && c == 0xE0 && s[1] < 0xA0) return -1;
-      if (len == 3 && c == 0xED && s[1] >= 0xA0) return -1;
-      if (len == 4 && c == 0xF0 && s[1] < 0x90) return -1;
-      if (len == 4 && c == 0xF4 && s[1] >= 0x90) return -1;
-    }
-  }
-  if (cp < min_cp) return -1;
-  return len;
-}
-
-int64_t utf8_first_invalid(std::string_view text) {
-  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
-  size_t i = 0;
-  while (i < text.size()) {
-    const int l = utf8_sequence_length(s + i, text.size() - i);
-    if (l <= 0) return int64_t(i);
-    i += size_t(l);
-  }
-  return -1;
-}
-
 Status Tokenizer::create(const TokenizerData& d, std::unique_ptr<Tokenizer>* out) {
   // Model files are validated at load, but this is public API: special ids that encode/decode
   // emit must lie inside the vocabulary whoever built the data (-1 = none).
@@ -74,8 +36,11 @@ Status Tokenizer::create(const TokenizerData& d, std::unique_ptr<Tokenizer>* out
     if ((type == 3 || type == 4) && !d.tokens[i].empty()) {
       t->special_[i] = true;
       t->specials_by_length_.push_back(int32_t(i));
+      t->special_lead_[static_cast<unsigned char>(d.tokens[i][0])] = true;
     }
   }
+  for (int32_t id = 0; id < t->n_tokens(); ++id)
+    t->max_token_bytes_ = std::max(t->max_token_bytes_, t->covered_bytes_bound(id));
   std::stable_sort(t->specials_by_length_.begin(), t->specials_by_length_.end(),
                    [&](int32_t a, int32_t b) { return d.tokens[size_t(a)].size() > d.tokens[size_t(b)].size(); });
   t->bos_ = d.bos_id;
@@ -84,6 +49,15 @@ Status Tokenizer::create(const TokenizerData& d, std::unique_ptr<Tokenizer>* out
   t->add_bos_ = d.add_bos;
   *out = std::move(t);
   return Status::Ok();
+}
+
+uint64_t Tokenizer::min_tokens(std::string_view text) const {
+  if (max_token_bytes_ == 0) return 0;
+  bool dropped[256];
+  for (int b = 0; b < 256; ++b) dropped[b] = byte_dropped(uint8_t(b));
+  uint64_t counted = 0;
+  for (unsigned char c : text) counted += dropped[c] ? 0 : 1;
+  return (counted + max_token_bytes_ - 1) / max_token_bytes_;
 }
 
 int32_t Tokenizer::find(const std::string& text) const {
@@ -113,7 +87,9 @@ Status Tokenizer::encode_impl(std::string_view text, bool parse_special, const s
   size_t start = 0, i = 0;
   while (i < text.size()) {
     int32_t hit = -1;
-    if (parse_special) {
+    // Only bytes that start some special are compared against the specials: text without
+    // them costs one table lookup a byte.
+    if (parse_special && special_lead_[static_cast<unsigned char>(text[i])]) {
       for (int32_t id : specials_by_length_) {
         const std::string& s = tokens_[size_t(id)];
         if (text.compare(i, s.size(), s) == 0) {

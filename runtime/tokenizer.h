@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model_spec.h"
+#include "utf8.h"
 
 namespace phasekv {
 
@@ -46,6 +47,19 @@ class Tokenizer {
   bool add_bos() const { return add_bos_; }
   // id of a token by its exact text, or -1.
   int32_t find(const std::string& text) const;
+  // The most bytes of text one token of encode()'s output stands for (computed once in
+  // create): every token covers at most this many bytes, so a text of B bytes encodes to at
+  // least ceil(B / max_token_bytes()) tokens. Callers use it to refuse a prompt that cannot
+  // fit a context before encoding it. Byte-level BPE: the longest token's decoded bytes; a
+  // byte the vocabulary has no token for is dropped by encode (as HF tokenizers do) and
+  // covers no token, so count B without such bytes (SmolLM2 lacks e.g. 0x04). SentencePiece:
+  // the longest token's stored text, which is at least its decoded bytes: a "▁" stands for
+  // a space (1 byte) but also for a literal U+2581 in the text (3 bytes). 0 only for a
+  // vocabulary of empty tokens.
+  size_t max_token_bytes() const { return max_token_bytes_; }
+  // A lower bound on the tokens encode() gives for `text` (BOS aside): the bytes a token can
+  // stand for, over max_token_bytes(), rounded up; bytes encode drops are not counted.
+  uint64_t min_tokens(std::string_view text) const;
 
  protected:
   Tokenizer() = default;
@@ -54,11 +68,17 @@ class Tokenizer {
   // Encodes one run of text that contains no special token.
   virtual Status encode_plain(std::string_view text, std::vector<int32_t>* out) const = 0;
   virtual void append_token_bytes(int32_t id, std::string* out) const = 0;
+  // The most bytes of text that encode_plain can cover with one `id` (see max_token_bytes).
+  virtual size_t covered_bytes_bound(int32_t id) const = 0;
+  // Whether encode drops byte b without a token (byte-level BPE: no token for it).
+  virtual bool byte_dropped(uint8_t) const { return false; }
 
   std::vector<std::string> tokens_;
   std::vector<bool> special_;
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<int32_t> specials_by_length_;  // special token ids, longest text first
+  bool special_lead_[256] = {};              // bytes that start some special token's text
+  size_t max_token_bytes_ = 0;
   int32_t bos_ = -1, eos_ = -1, eot_ = -1;
   bool add_bos_ = false;
 };
@@ -80,11 +100,5 @@ class StreamDecoder {
   const Tokenizer& tok_;
   std::string pending_;
 };
-
-// Length of the valid UTF-8 sequence starting at s[0] (1..4), 0 if s[0..n) starts an
-// incomplete but so-far valid sequence, -1 if it is invalid.
-int utf8_sequence_length(const unsigned char* s, size_t n);
-// Byte offset of the first invalid UTF-8 sequence in text, or -1 if it is all valid.
-int64_t utf8_first_invalid(std::string_view text);
 
 }  // namespace phasekv

@@ -8,7 +8,7 @@
 # Usage: scripts/fuzz-smoke.sh [SECONDS]
 # Environment:
 #   FUZZ_JOBS=N          targets run N at a time (default 1; 2 halves the wall time on 2+ cores)
-#   FUZZ_TARGETS="..."   a subset of: model_reader gguf tokenizer template (default all)
+#   FUZZ_TARGETS="..."   a subset of: model_reader gguf tokenizer template safetensors cli (default all)
 #   PHASEKV_FUZZ_MODEL   GGUF or .pkv whose tokenizer fuzz_tokenizer uses (default: the model
 #                        scripts/fetch-model.sh caches, fetched when missing)
 #   FUZZ_BUILD_DIR       build directory (default build/fuzz)
@@ -22,7 +22,7 @@ ROOT=$PWD
 SECONDS_PER_TARGET=${1:-60}
 case "$SECONDS_PER_TARGET" in ''|*[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;; esac
 JOBS=${FUZZ_JOBS:-1}
-TARGETS=${FUZZ_TARGETS:-model_reader gguf tokenizer template}
+TARGETS=${FUZZ_TARGETS:-model_reader gguf tokenizer template safetensors cli}
 BUILD=${FUZZ_BUILD_DIR:-build/fuzz}
 OUT=${FUZZ_OUT:-$BUILD/smoke}
 
@@ -32,7 +32,9 @@ max_len() {
     model_reader|gguf) echo 32768 ;;
     tokenizer) echo 1024 ;;
     template) echo 2048 ;;
-    *) echo "unknown fuzz target '$1' (model_reader gguf tokenizer template)" >&2; exit 2 ;;
+    safetensors) echo 4096 ;;
+    cli) echo 512 ;;
+    *) echo "unknown fuzz target '$1' (model_reader gguf tokenizer template safetensors cli)" >&2; exit 2 ;;
   esac
 }
 for t in $TARGETS; do max_len "$t" >/dev/null; done

@@ -15,6 +15,7 @@ PKGS=(
   libflatbuffers-dev flatbuffers-compiler   # model-file metadata (schema compiled by flatc at build time)
   libmimalloc-dev                           # host arenas
   libpcre2-dev                              # Unicode classes of the tokenizer's pre-tokenizer regex
+  libxxhash-dev                             # XXH3-128 content hash of model files (header only)
   doctest-dev                               # unit tests
   libcli11-dev                              # the phasekv command line
   nlohmann-json3-dev                        # --json output of the tools, safetensors headers

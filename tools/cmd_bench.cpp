@@ -73,7 +73,7 @@ Stats stats(const std::vector<double>& v) {
 // 256 MiB buffer (larger than any cache), best of 3.
 int run_bench(const BenchArgs& a) {
   std::unique_ptr<Model> model;
-  Status s = Model::load(a.model, &model);
+  Status s = Model::load(a.model, a.be.load_options(), &model);
   if (!s.ok()) return report("bench", s);
   ContextParams cp = default_context_params();
   if (a.threads != -1) cp.n_threads = a.threads;
@@ -187,7 +187,7 @@ int run_bench(const BenchArgs& a) {
                         {"read_bandwidth_buffer_mib", bw.buffer_mib},
                         {"decode_roofline_tok_s", roofline},
                         {"decode_roofline_fraction", tg.empty() ? 0.0 : sg.mean / roofline}};
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return kExitOk;
   }
   std::printf("model      %s (%.1f MiB of weights)\n", a.model.c_str(), double(model->weight_bytes()) / 1048576.0);
@@ -222,6 +222,7 @@ void register_bench(CLI::App& app, int* exit_code) {
   cmd->add_option("-n,--n-gen", a->n_gen, "Tokens for the decode test (0 = skip)")->default_val(128)->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all hardware threads)");
   add_backend_options(cmd, &a->be, "q8");
+  add_load_options(cmd, &a->be);
   cmd->add_option("-r,--reps", a->reps, "Repetitions (after one warm-up)")->default_val(5)->check(CLI::Range(1, 1000));
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->default_val(512)->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("-d,--depth", a->depth, "Tokens already in the context when the decode test starts")
@@ -231,6 +232,7 @@ void register_bench(CLI::App& app, int* exit_code) {
   cmd->add_flag("--beyond-trained", a->beyond, "Allow --ctx above the model's trained context (max_positions)");
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a, exit_code] {
+    if (!exit_code) return;  // parse only (fuzz_cli)
     if (a->n_prompt == 0 && a->n_gen == 0 && a->ctx == 0) {
       *exit_code = report("bench", make_error(StatusCode::kInvalidArgument,
                                               "-p and -n are both 0 and no --ctx: nothing to time or measure"));

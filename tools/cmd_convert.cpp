@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "file_io.h"
 #include "gguf_import.h"
 #include "model_file.h"
 #include "safetensors.h"
@@ -30,17 +31,16 @@ int run_convert(const ConvertArgs& a) {
   if (a.from != "gguf")
     return report("convert", make_error(StatusCode::kInvalidArgument, "--from '%s': only 'gguf' is supported",
                                         a.from.c_str()));
-  struct stat si, so;
-  if (stat(a.out.c_str(), &so) == 0) {
-    if (stat(a.in.c_str(), &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
-      return report("convert", make_error(StatusCode::kInvalidArgument, "OUT '%s' is the input file",
-                                          a.out.c_str()));
-    if (!a.force)
-      return report("convert", make_error(StatusCode::kInvalidArgument,
-                                          "OUT '%s' exists (pass --force to replace it)", a.out.c_str()));
-  }
+  // Before any work: OUT must be a regular file or absent, and never one of the inputs.
+  Status cs = check_outputs({{"OUT", a.out}}, {{"IN", a.in}, {"--gates", a.gates}});
+  if (!cs.ok()) return report("convert", cs);
+  struct stat so;
+  if (!a.force && stat(a.out.c_str(), &so) == 0)
+    return report("convert", make_error(StatusCode::kInvalidArgument, "OUT '%s' exists (pass --force to replace it)",
+                                        display_escape(a.out).c_str()));
   ImportOptions opts;
   opts.kv_specs = a.kv;
+  opts.replace = a.force;  // without --force, a file another writer finishes first is kept
   if (!a.gates.empty()) {
     Status gs = read_safetensors(a.gates, &opts.extra_tensors);
     if (!gs.ok()) return report("convert", gs.with_context("--gates"));
@@ -53,11 +53,14 @@ int run_convert(const ConvertArgs& a) {
 
   // Re-open what was written: the file must pass the same verification as any user's load.
   std::unique_ptr<ModelFile> mf;
-  s = ModelFile::open(a.out, &mf);
+  ModelFile::OpenOptions check;
+  check.verify = true;  // and its tensor data must match the content hash just recorded
+  s = ModelFile::open(a.out, check, &mf);
   if (!s.ok()) return report("convert", s.with_context("verifying the written file"));
-  std::printf("converted %s -> %s in %.2f s\n", a.in.c_str(), a.out.c_str(), secs);
+  std::printf("converted %s -> %s in %.2f s\n", display_escape(a.in).c_str(), display_escape(a.out).c_str(), secs);
   std::printf("  %zu tensors, %.1f MiB of weights, file %.1f MiB\n", spec.tensors.size(),
               double(mf->header().blob_size) / (1 << 20), double(mf->file_size()) / (1 << 20));
+  std::printf("  content hash (XXH3-128) %s\n", mf->spec().blob_hash.hex().c_str());
   // Summarise the per-layer memory as runs of identical descriptors.
   const auto& L = spec.layers;
   for (size_t i = 0; i < L.size();) {
@@ -90,7 +93,10 @@ void register_convert(CLI::App& app, int* exit_code) {
                   "and shapes in the README")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--force", args->force, "Replace OUT if it exists");
-  cmd->callback([args, exit_code] { *exit_code = run_convert(*args); });
+  cmd->callback([args, exit_code] {
+    if (!exit_code) return;  // parse only (fuzz_cli)
+    *exit_code = run_convert(*args);
+  });
 }
 
 }  // namespace tools

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "file_io.h"
 #include "context.h"
 #include "memory_plan.h"
 #include "model_file.h"
@@ -28,6 +29,7 @@ struct InspectArgs {
   bool beyond = false;
   bool json = false;
   bool tensors = false;
+  bool verify = false;
 };
 
 const char* rope_style_name(RopeStyle s) { return s == RopeStyle::NeoX ? "neox" : "interleaved"; }
@@ -78,7 +80,9 @@ json layer_json(uint32_t i, const AttentionMemory& m, const LayerMemoryPlan& p) 
 
 int run_inspect(const InspectArgs& a) {
   std::unique_ptr<ModelFile> mf;
-  Status s = ModelFile::open(a.model, &mf);
+  ModelFile::OpenOptions fo;
+  fo.verify = a.verify;
+  Status s = ModelFile::open(a.model, fo, &mf);
   if (!s.ok()) return report("inspect", s);
   const ModelSpec& spec = mf->spec();
   const ModelConfig& c = spec.config;
@@ -118,6 +122,10 @@ int run_inspect(const InspectArgs& a) {
     json j;
     j["file"] = {{"path", a.model}, {"size_bytes", mf->file_size()}, {"format_version", mf->header().version},
                  {"blob_offset", mf->header().blob_offset}, {"metadata_bytes", mf->header().meta_size}};
+    const BlobHash& h = spec.blob_hash;
+    j["integrity"] = {{"algorithm", h.present() ? "XXH3_128" : json(nullptr)},
+                      {"blob_hash", h.present() ? json(h.hex()) : json(nullptr)},
+                      {"verified", a.verify}};
     j["provenance"] = {{"source_file", spec.provenance.source_file},
                        {"source_format", spec.provenance.source_format},
                        {"source_name", spec.provenance.source_name},
@@ -163,17 +171,25 @@ int run_inspect(const InspectArgs& a) {
                  {"kv_bytes_total", plan.kv_bytes_total}, {"scratch_bytes", plan.scratch_bytes},
                  {"workspace_bytes", plan.workspace_bytes}, {"context_bytes", plan.arena_bytes},
                  {"total_bytes", plan.weights_bytes + plan.arena_bytes}, {"buffers", buffers}};
-    std::printf("%s\n", j.dump(2).c_str());
+    // Strings from the file may hold invalid UTF-8: replaced (U+FFFD), never an exception.
+    std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return kExitOk;
   }
 
-  std::printf("model       %s (%s, format %u)\n", a.model.c_str(), mib(mf->file_size()).c_str(),
+  // Strings from the file are shown escaped: a control character in a name cannot drive the terminal.
+  auto esc = [](const std::string& x) { return display_escape(x); };
+  std::printf("model       %s (%s, format %u)\n", esc(a.model).c_str(), mib(mf->file_size()).c_str(),
               mf->header().version);
-  std::printf("source      %s (%s) %s; %s\n", spec.provenance.source_file.c_str(),
-              spec.provenance.source_format.c_str(), spec.provenance.source_name.c_str(),
-              spec.provenance.converter.c_str());
+  std::printf("source      %s (%s) %s; %s\n", esc(spec.provenance.source_file).c_str(),
+              esc(spec.provenance.source_format).c_str(), esc(spec.provenance.source_name).c_str(),
+              esc(spec.provenance.converter).c_str());
+  if (spec.blob_hash.present())
+    std::printf("integrity   XXH3-128 %s (%s)\n", spec.blob_hash.hex().c_str(),
+                a.verify ? "verified: the tensor data matches" : "not checked; --verify checks it");
+  else
+    std::printf("integrity   no content hash recorded (converted by an older phasekv)\n");
   std::printf("\nhyper-parameters\n");
-  std::printf("  architecture %-10s vocab_size %-8u d_model %-6u n_layers %u\n", c.architecture.c_str(),
+  std::printf("  architecture %-10s vocab_size %-8u d_model %-6u n_layers %u\n", esc(c.architecture).c_str(),
               c.vocab_size, c.d_model, c.n_layers);
   std::printf("  n_heads %-4u n_kv_heads %-4u head_dim %-4u ffn_dim %-6u norm_eps %g\n", c.n_heads, c.n_kv_heads,
               c.head_dim, c.ffn_dim, double(c.norm_eps));
@@ -183,7 +199,7 @@ int run_inspect(const InspectArgs& a) {
   std::printf("\n  max_positions %u  tied_embeddings %s  bos %d eos %d pad %d\n", c.max_positions,
               c.tied_embeddings ? "yes" : "no", c.bos_id, c.eos_id, c.pad_id);
   std::printf("\ntokenizer   %s (model '%s', pre '%s'): %zu tokens, %zu merges; chat template %zu chars\n",
-              tokenizer_type_name(tok.type), tok.model.c_str(), tok.pre.c_str(), tok.tokens.size(),
+              tokenizer_type_name(tok.type), esc(tok.model).c_str(), esc(tok.pre).c_str(), tok.tokens.size(),
               tok.merges.size(), spec.chat_template.size());
   std::printf("\ntensors     %zu, %s\n", spec.tensors.size(), mib(tensor_bytes).c_str());
   for (const auto& kv : by_dtype)
@@ -191,7 +207,7 @@ int run_inspect(const InspectArgs& a) {
                 kv.second.bytes, mib(kv.second.bytes).c_str());
   if (a.tensors) {
     for (const TensorInfo& t : spec.tensors)
-      std::printf("    %-32s %-5s %-16s offset %12" PRIu64 " size %10" PRIu64 "\n", t.name.c_str(),
+      std::printf("    %-32s %-5s %-16s offset %12" PRIu64 " size %10" PRIu64 "\n", esc(t.name).c_str(),
                   dtype_name(t.dtype), shape_str(t.shape).c_str(), t.offset, t.size);
   }
 
@@ -230,7 +246,13 @@ void register_inspect(CLI::App& app, int* exit_code) {
   cmd->add_flag("--beyond-trained", args->beyond, "Allow --ctx above the model's trained context (max_positions)");
   cmd->add_flag("--json", args->json, "Print JSON instead of tables");
   cmd->add_flag("--tensors", args->tensors, "List every tensor");
-  cmd->callback([args, exit_code] { *exit_code = run_inspect(*args); });
+  cmd->add_flag("--verify", args->verify,
+                "Check the tensor data against the content hash written by convert (exit 2 on a mismatch, or "
+                "for a file that records none)");
+  cmd->callback([args, exit_code] {
+    if (!exit_code) return;  // parse only (fuzz_cli)
+    *exit_code = run_inspect(*args);
+  });
 }
 
 }  // namespace tools

@@ -45,7 +45,7 @@ int run_perplexity(const PerplexityArgs& a) {
   if (!rs.ok()) return report("perplexity", rs);
 
   std::unique_ptr<Model> model;
-  Status s = Model::load(a.model, &model);
+  Status s = Model::load(a.model, a.be.load_options(), &model);
   if (!s.ok()) return report("perplexity", s);
   const Tokenizer& tok = model->tokenizer();
   const bool bos = tok.add_bos() && tok.bos() >= 0;
@@ -137,12 +137,16 @@ void register_perplexity(CLI::App& app, int* exit_code) {
   cmd->add_option("-m,--model", a->model, "PhaseKV model file (.pkv)")->required();
   cmd->add_option("-f,--file", a->file, "The text (UTF-8)")->required();
   cmd->add_option("-c,--ctx", a->ctx, "Chunk length in tokens, as llama-perplexity's -c")->default_val(512)->check(CLI::Range(4u, 1u << 20));
-  cmd->add_option("--chunks", a->chunks, "Evaluate at most this many chunks (default: all)")->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--chunks", a->chunks, "Evaluate at most this many chunks (default: all)")->check(CLI::Range(1, 1 << 30));
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->default_val(512)->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all hardware threads)");
   cmd->add_flag("--json", a->json, "Print one JSON object (ppl, ppl_error, nll_mean, tokens, scored, chunks, ...)");
   add_backend_options(cmd, &a->be, "q8");
-  cmd->callback([a, exit_code] { *exit_code = run_perplexity(*a); });
+  add_load_options(cmd, &a->be);
+  cmd->callback([a, exit_code] {
+    if (!exit_code) return;  // parse only (fuzz_cli)
+    *exit_code = run_perplexity(*a);
+  });
 }
 
 }  // namespace tools

@@ -33,6 +33,7 @@ struct RunArgs {
   uint32_t batch = 256;
   int threads = -1;  // -1: all hardware threads
   SamplerParams sp;
+  bool repeat_given = false;  // --repeat-last-n given (the default is clamped to the context instead)
   bool greedy = false;
 };
 
@@ -48,9 +49,42 @@ int run_run(RunArgs a) {
     return report("run", make_error(StatusCode::kInvalidArgument,
                                     "--no-special is for a raw prompt: --chat never parses specials in messages"));
   std::unique_ptr<Model> model;
-  Status s = Model::load(a.model, &model);
+  Status s = Model::load(a.model, a.be.load_options(), &model);
   if (!s.ok()) return report("run", s);
   const Tokenizer& tok = model->tokenizer();
+
+  ContextParams cp = default_context_params();
+  cp.n_ctx = a.ctx ? a.ctx : std::min<uint32_t>(model->config().max_positions, 4096);
+  cp.n_batch = std::min(a.batch, cp.n_ctx);
+  cp.memory_budget = a.budget;
+  cp.beyond_trained = a.beyond;
+  cp.backend = a.be.kind();
+  cp.device = a.be.device;
+  cp.cuda_weights = a.be.weights();
+  cp.kernels = a.be.kernel_spec("q8");
+  if (a.threads != -1) cp.n_threads = a.threads;  // 0 or out of range: Context::create says why
+
+  // The sampler is checked before any work: its history is sized by --repeat-last-n, which can
+  // never usefully exceed the context.
+  if (a.sp.repeat_last_n == -1 || (!a.repeat_given && uint32_t(a.sp.repeat_last_n) > cp.n_ctx))
+    a.sp.repeat_last_n = int32_t(std::min<uint32_t>(cp.n_ctx, kMaxRepeatLastN));
+  if (a.sp.repeat_last_n > 0 && uint32_t(a.sp.repeat_last_n) > cp.n_ctx)
+    return report("run", make_error(StatusCode::kInvalidArgument,
+                                    "--repeat-last-n %d exceeds the context of %u tokens (the penalty only sees "
+                                    "tokens in the context; -1 means all of it)",
+                                    a.sp.repeat_last_n, cp.n_ctx));
+  if (a.greedy) a.sp.temperature = 0.0f;
+  Sampler sampler;
+  s = Sampler::create(int32_t(model->config().vocab_size), a.sp, &sampler);
+  if (!s.ok()) return report("run", s);
+
+  // A prompt that cannot fit is refused before it is tokenized: no token stands for more than
+  // the vocabulary's longest token, which bounds the token count from below.
+  const uint64_t at_least = tok.min_tokens(a.prompt) + tok.min_tokens(a.system);
+  if (at_least > cp.n_ctx)
+    return report("run", make_error(StatusCode::kInvalidArgument,
+                                    "the prompt is %zu bytes, at least %llu tokens, but the context holds %u (raise -c)",
+                                    a.prompt.size() + a.system.size(), (unsigned long long)at_least, cp.n_ctx));
 
   std::vector<int32_t> ids;
   if (tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
@@ -77,27 +111,13 @@ int run_run(RunArgs a) {
     if (!s.ok()) return report("run", s.with_context("prompt"));
   }
   if (ids.empty()) return report("run", make_error(StatusCode::kInvalidArgument, "the prompt is empty (-p or -f)"));
-
-  ContextParams cp = default_context_params();
-  cp.n_ctx = a.ctx ? a.ctx : std::min<uint32_t>(model->config().max_positions, 4096);
-  cp.n_batch = std::min(a.batch, cp.n_ctx);
-  cp.memory_budget = a.budget;
-  cp.beyond_trained = a.beyond;
-  cp.backend = a.be.kind();
-  cp.device = a.be.device;
-  cp.cuda_weights = a.be.weights();
-  cp.kernels = a.be.kernel_spec("q8");
-  if (a.threads != -1) cp.n_threads = a.threads;  // 0 or out of range: Context::create says why
-  std::unique_ptr<Context> ctx;
-  s = Context::create(*model, cp, &ctx);
-  if (!s.ok()) return report("run", s);
   if (ids.size() > cp.n_ctx)
     return report("run", make_error(StatusCode::kInvalidArgument,
                                     "the prompt has %zu tokens but the context holds %u (raise -c)", ids.size(),
                                     cp.n_ctx));
-  if (a.greedy) a.sp.temperature = 0.0f;
-  Sampler sampler;
-  s = Sampler::create(int32_t(model->config().vocab_size), a.sp, &sampler);
+
+  std::unique_ptr<Context> ctx;
+  s = Context::create(*model, cp, &ctx);
   if (!s.ok()) return report("run", s);
 
   using clock = std::chrono::steady_clock;
@@ -107,10 +127,10 @@ int run_run(RunArgs a) {
   const auto t1 = clock::now();
   for (int32_t id : ids) sampler.accept(id);
 
-  if (!a.chat) {
-    std::fputs(a.prompt.c_str(), stdout);
-    std::fflush(stdout);
-  }
+  // Output that cannot be written (a full disk, /dev/full) stops the run with an error.
+  if (!a.chat) std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+  s = flush_stdout();
+  if (!s.ok()) return report("run", s);
   StreamDecoder out(tok);
   std::string piece;
   int generated = 0;
@@ -126,7 +146,8 @@ int run_run(RunArgs a) {
     s = out.push(t, &piece);
     if (!s.ok()) return report("run", s);
     std::fputs(piece.c_str(), stdout);
-    std::fflush(stdout);
+    s = flush_stdout();
+    if (!s.ok()) return report("run", s);
     ++generated;
     if (ctx->n_past() >= ctx->n_ctx()) {
       stop = "context full";
@@ -169,24 +190,31 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_option("--budget", a->budget,
                   "Memory budget of the context (e.g. 64MiB, 1GB; default: none): over it, the run stops at "
                   "creation with the itemised plan")
-      ->transform(CLI::AsSizeValue(false));
+      ->transform(byte_size());
   cmd->add_flag("--beyond-trained", a->beyond, "Allow --ctx above the model's trained context (max_positions)");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->default_val(256)->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all hardware threads)");
   add_backend_options(cmd, &a->be, "q8");
-  cmd->add_option("--temp", a->sp.temperature, "Temperature (0 = greedy)")->default_val(0.8f);
+  add_load_options(cmd, &a->be);
+  cmd->add_option("--temp", a->sp.temperature, "Temperature (0 = greedy)")->default_val(0.8f)->check(finite_number());
   cmd->add_flag("--greedy", a->greedy, "Greedy decoding (same as --temp 0)");
   cmd->add_option("--top-k", a->sp.top_k, "Top-k (0 = off)")->default_val(40);
-  cmd->add_option("--top-p", a->sp.top_p, "Top-p (1 = off)")->default_val(0.95f);
-  cmd->add_option("--min-p", a->sp.min_p, "Min-p (0 = off)")->default_val(0.05f);
-  cmd->add_option("--repeat-penalty", a->sp.repeat_penalty, "Repetition penalty (1 = off)")->default_val(1.0f);
-  cmd->add_option("--repeat-last-n", a->sp.repeat_last_n, "Window of the repetition penalty")->default_val(64);
-  cmd->add_option("-s,--seed", a->sp.seed, "Sampling seed")->default_val(0);
-  cmd->callback([a, exit_code] {
+  cmd->add_option("--top-p", a->sp.top_p, "Top-p (1 = off)")->default_val(0.95f)->check(finite_number());
+  cmd->add_option("--min-p", a->sp.min_p, "Min-p (0 = off)")->default_val(0.05f)->check(finite_number());
+  cmd->add_option("--repeat-penalty", a->sp.repeat_penalty, "Repetition penalty (1 = off)")
+      ->default_val(1.0f)
+      ->check(finite_number());
+  cmd->add_option("--repeat-last-n", a->sp.repeat_last_n,
+                  "Window of the repetition penalty in tokens, at most the context (-1 = the context)")
+      ->default_val(64);
+  cmd->add_option("-s,--seed", a->sp.seed, "Sampling seed, 0..2^64-1")->default_val(0)->check(unsigned_integer());
+  cmd->callback([a, exit_code, cmd] {
+    if (!exit_code) return;  // parse only (fuzz_cli)
     if (a->prompt.empty() && a->file.empty()) {
       *exit_code = report("run", make_error(StatusCode::kInvalidArgument, "give a prompt with -p TEXT or -f FILE"));
       return;
     }
+    a->repeat_given = cmd->count("--repeat-last-n") > 0;
     *exit_code = run_run(*a);
   });
 }

@@ -28,21 +28,6 @@ namespace {
 
 // An output path can be written: not a directory or another non-regular file (a FIFO would block,
 // a device would be clobbered), and its directory exists and is writable.
-Status check_writable(const char* flag, const std::string& path) {
-  if (path.empty()) return Status::Ok();
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    return make_error(StatusCode::kIoError, "cannot write %s '%s': it is a directory", flag, path.c_str());
-  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    return make_error(StatusCode::kIoError, "cannot write %s '%s': not a regular file", flag, path.c_str());
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  if (access(dir.c_str(), W_OK) != 0)
-    return make_error(StatusCode::kIoError, "cannot write %s '%s': directory '%s' does not exist or is not writable",
-                      flag, path.c_str(), dir.c_str());
-  return Status::Ok();
-}
-
 using json = nlohmann::json;
 
 volatile std::sig_atomic_t g_interrupted = 0;
@@ -117,7 +102,7 @@ bool parse_duration(const std::string& s, double* out) {
   else if (unit == "m" || unit == "min") *out = v * 60;
   else if (unit == "h") *out = v * 3600;
   else return false;
-  return true;
+  return std::isfinite(*out);
 }
 
 std::string hex64(uint64_t v) {
@@ -283,13 +268,13 @@ int run_selftest_cmd(const SelftestArgs& a) {
     return report(cmd, make_error(StatusCode::kInvalidArgument,
                                   "--period 1: every position has the same residue, there is nothing to sweep"));
   std::unique_ptr<Model> model;
-  Status s = Model::load(a.model, &model);
+  Status s = Model::load(a.model, a.be.load_options(), &model);
   if (!s.ok()) return report(cmd, s);
-  // Report paths are checked before the run, not after minutes of probing.
-  for (const auto& out : {std::make_pair("--json", &a.json_path), std::make_pair("--html", &a.html_path)}) {
-    s = check_writable(out.first, *out.second);
-    if (!s.ok()) return report(cmd, s);
-  }
+  // Report paths are checked before the run, not after minutes of probing: each a regular file
+  // or absent, never the model, the template or the other report.
+  s = check_outputs({{"--json", a.json_path}, {"--html", a.html_path}},
+                    {{"-m", a.model}, {"--template", a.template_file}});
+  if (!s.ok()) return report(cmd, s);
 
   SelftestOptions o;
   if (a.chat) {
@@ -351,8 +336,9 @@ int run_selftest_cmd(const SelftestArgs& a) {
   // The control's twin is loaded first: a file without one is refused before the long run.
   std::unique_ptr<Model> twin;
   if (a.control) {
-    Model::LoadOptions lo;
+    Model::LoadOptions lo = a.be.load_options();
     lo.full_attention = true;
+    lo.verify = false;  // the file was verified with the model just loaded
     s = Model::load(a.model, lo, &twin);
     if (!s.ok()) return report(cmd, s.with_context("--control"));
   }
@@ -403,7 +389,7 @@ int run_selftest_cmd(const SelftestArgs& a) {
                 c.threshold);
 
   if (!a.json_path.empty()) {
-    s = write_file_atomic("--json", a.json_path, j.dump(2) + "\n");
+    s = write_file_atomic("--json", a.json_path, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
     if (!s.ok()) return report(cmd, s);
   }
   if (!a.html_path.empty()) {
@@ -442,7 +428,7 @@ void register_selftest(CLI::App& app, int* exit_code) {
                  ->check(CLI::Range(4, 100000));
   auto* bu = cmd->add_option("--budget", a->budget, "Time budget instead of --samples, e.g. 90s, 10m");
   sm->excludes(bu);
-  cmd->add_option("--seed", a->seed, "Seed of the probe content")->default_val(1);
+  cmd->add_option("--seed", a->seed, "Seed of the probe content, 0..2^64-1")->default_val(1)->check(unsigned_integer());
   cmd->add_option("--period", a->period, "Override the period P (default: lcm of the compressed strides)")
       ->check(CLI::Range(1, 256));
   cmd->add_option("--protocol", a->protocol, "outer, in_sequence or both")
@@ -459,11 +445,15 @@ void register_selftest(CLI::App& app, int* exit_code) {
   cmd->add_flag("--control", a->control, "Also run the full-attention twin and report the gap compression adds");
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
   add_backend_options(cmd, &a->be);
+  add_load_options(cmd, &a->be);
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk")->default_val(256)->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("--json", a->json_path, "Write the JSON report (schema docs/selftest.schema.json)");
   cmd->add_option("--html", a->html_path, "Write a self-contained HTML report");
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar");
-  cmd->callback([a, exit_code] { *exit_code = run_selftest_cmd(*a); });
+  cmd->callback([a, exit_code] {
+    if (!exit_code) return;  // parse only (fuzz_cli)
+    *exit_code = run_selftest_cmd(*a);
+  });
 }
 
 }  // namespace tools

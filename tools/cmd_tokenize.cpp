@@ -178,7 +178,10 @@ void register_tokenize(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-bos", a->no_bos, "Do not prepend BOS (default: when the model adds one)");
   cmd->add_flag("--no-special", a->no_special, "Encode special-token text as plain text (default: parse specials)");
   cmd->add_flag("--json", a->json, "Print one JSON object");
-  cmd->callback([a, exit_code] { *exit_code = run_tokenize(*a); });
+  cmd->callback([a, exit_code] {
+    if (!exit_code) return;  // parse only (fuzz_cli)
+    *exit_code = run_tokenize(*a);
+  });
 }
 
 }  // namespace tools

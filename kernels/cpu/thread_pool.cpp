@@ -1,5 +1,8 @@
 #include "thread_pool.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -21,7 +24,15 @@ constexpr int kSpinRounds = 1 << 12;
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   workers_.reserve(size_t(n_threads_ - 1));
+  // Workers start with every asynchronous signal blocked (a thread inherits its creator's mask):
+  // Ctrl-C, SIGTERM and the like go to the application's own threads and their handlers, never
+  // to a compute worker in the middle of a kernel.
+  sigset_t all, old;
+  sigfillset(&all);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) sigdelset(&all, sig);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back(&ThreadPool::worker, this, i);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 ThreadPool::~ThreadPool() {

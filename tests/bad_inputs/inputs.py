@@ -60,7 +60,8 @@ def pkv_names(b):
 FB = {
     "Model": {"config": (0, "table:Config"), "layers": (1, "vtable:AttentionMemory"),
               "tensors": (2, "vtable:Tensor"), "tokenizer": (3, "table:Tokenizer"),
-              "chat_template": (4, "string"), "provenance": (5, "table:Provenance")},
+              "chat_template": (4, "string"), "provenance": (5, "table:Provenance"),
+              "integrity": (6, "table:Integrity")},
     "Config": {"architecture": (0, "string"), "vocab_size": (1, "<I"), "d_model": (2, "<I"),
                "n_layers": (3, "<I"), "n_heads": (4, "<I"), "n_kv_heads": (5, "<I"), "head_dim": (6, "<I"),
                "ffn_dim": (7, "<I"), "norm_eps": (8, "<f"), "rope": (9, "table:Rope"),
@@ -83,6 +84,7 @@ FB = {
                   "add_space_prefix": (14, "<B")},
     "Provenance": {"source_file": (0, "string"), "source_format": (1, "string"), "source_name": (2, "string"),
                    "converter": (3, "string")},
+    "Integrity": {"blob_hash_algorithm": (0, "<B"), "blob_hash": (1, "v<B")},
 }
 
 
@@ -394,6 +396,12 @@ def gguf_op(b, op):
         for i in range(op.get("count", 1)):
             struct.pack_into("<f", d, 4 * (op.get("index", 0) + i), _f32(op["value"]))
         t["data"] = bytes(d)
+    elif kind == "gguf_tensor_hex":  # overwrite raw bytes of a tensor (f16 / bf16 values, block fields)
+        t = g.find_tensor(op["name"])
+        d = bytearray(t["data"])
+        raw = bytes.fromhex(op["hex"])
+        d[op.get("at", 0):op.get("at", 0) + len(raw)] = raw
+        t["data"] = bytes(d)
     else:
         raise ValueError("unknown op " + kind)
     return g.serialize()
@@ -436,6 +444,15 @@ def make_input(spec, path, bases, subst):
         return
     if spec.get("dir"):
         os.makedirs(path, exist_ok=True)
+        return
+    if spec.get("fifo"):  # a named pipe nobody writes to: opening it for reading would block
+        os.mkfifo(path)
+        return
+    if "symlink" in spec:  # a symbolic link to a path (placeholders allowed; need not exist)
+        os.symlink(subst(spec["symlink"]), path)
+        return
+    if "hardlink" in spec:  # a second name for an existing file
+        os.link(subst(spec["hardlink"]), path)
         return
     if "from" in spec:
         src = spec["from"]

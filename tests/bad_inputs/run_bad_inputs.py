@@ -22,6 +22,7 @@ import json
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -36,7 +37,7 @@ CRASH_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime err
                  "UndefinedBehaviorSanitizer", "internal assertion failed", "terminate called",
                  "Segmentation fault", "Aborted", "std::bad_alloc")
 CASE_KEYS = {"id", "category", "description", "inputs", "args", "exit", "stderr", "unchanged", "absent",
-             "needs", "timeout", "note"}
+             "needs", "timeout", "note", "stdout", "stderr_lacks"}
 
 
 def sha256(path):
@@ -68,12 +69,19 @@ class Runner:
         self.bases = {}
         self.base_errors = {}
 
-    def run(self, args, timeout):
+    def run(self, args, timeout, stdout=None):
+        """stdout: None (captured), a path to write it to (e.g. /dev/full), or "closed"."""
         env = dict(os.environ)
         # Sanitized builds: report, then exit non-zero (never continue after an error).
         env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
-        return subprocess.run(shlex.split(self.a.emulator) + [self.phasekv] + args, capture_output=True,
-                              timeout=timeout, env=env)
+        cmd = shlex.split(self.a.emulator) + [self.phasekv] + args
+        if stdout is None:
+            return subprocess.run(cmd, capture_output=True, timeout=timeout, env=env)
+        if stdout == "closed":  # the process starts with descriptor 1 closed, as `cmd >&-` does
+            return subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh"] + cmd, stderr=subprocess.PIPE,
+                                  timeout=timeout, env=env)
+        with open(stdout, "wb") as f:
+            return subprocess.run(cmd, stdout=f, stderr=subprocess.PIPE, timeout=timeout, env=env)
 
     # Good files the mutations start from, made once by the phasekv under test.
     def make_bases(self):
@@ -144,13 +152,15 @@ class Runner:
         if any("{out}" in x for x in c["args"]):
             absent += [env["out"], env["out"] + ".partial"]
         try:
-            p = self.run(args, c.get("timeout", self.a.timeout))
+            p = self.run(args, c.get("timeout", self.a.timeout), c.get("stdout"))
         except subprocess.TimeoutExpired:
             return "FAIL", "timed out after %d s: %s" % (c.get("timeout", self.a.timeout), " ".join(args))
         err = p.stderr.decode("utf-8", "replace")
         problems = []
         if p.returncode < 0:
             problems.append("killed by signal %d" % -p.returncode)
+        if p.returncode > 128 and c["exit"] <= 128:
+            problems.append("killed by signal %d (shell status %d)" % (p.returncode - 128, p.returncode))
         for m in CRASH_MARKERS:
             if m in err:
                 problems.append("stderr has '%s'" % m)
@@ -160,9 +170,20 @@ class Runner:
         for w in wants:
             if self.subst(w, env) not in err:
                 problems.append("stderr lacks %r" % self.subst(w, env))
+        for w in c.get("stderr_lacks", []):
+            if self.subst(w, env) in err:
+                problems.append("stderr has %r" % self.subst(w, env))
         for path in absent:
             if os.path.lexists(path):
                 problems.append("left %s behind" % path)
+        # No temporary output may outlive the command (AtomicFile: NAME.partial.XXXXXX).
+        for root, _, files in os.walk(case_dir):
+            for fn in files:
+                if ".partial." in fn:
+                    problems.append("left temporary %s behind" % os.path.join(root, fn))
+        # Running as root, a careless output would replace a device node with a file.
+        if not stat.S_ISCHR(os.stat("/dev/null").st_mode):
+            problems.append("/dev/null is no longer a character device")
         for path, h in unchanged.items():
             if not os.path.exists(path) or sha256(path) != h:
                 problems.append("changed %s" % path)
