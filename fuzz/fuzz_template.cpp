@@ -10,8 +10,8 @@
 // Input: TEMPLATE ['\0' ROLE '\0' CONTENT]...  TEMPLATE is both a self-test template and a
 // Jinja chat template; the NUL-separated pairs are chat messages (without any, a system and a
 // user message are used). Invariants (docs/FUZZING.md):
-//   * parse_template fails (kInvalidArgument) when the slot count is not 1 or the text is
-//     not UTF-8, and then leaves its output alone; when it succeeds, prefix_text + slot +
+//   * parse_template fails (kInvalidArgument) when the slot count is not 1, the text is not
+//     UTF-8 or starts with a byte-order mark, and then leaves its output alone; when it succeeds, prefix_text + slot +
 //     suffix_text is the template, all ids are in the vocabulary, BOS leads exactly when the
 //     tokenizer adds one, and the prefix and suffix tokens decode back to their text;
 //   * apply_chat_template succeeds exactly for a recognised family (chatml, llama3) and
@@ -122,6 +122,7 @@ void check_parse(const std::string& text) {
   }
   FUZZ_CHECK(slots == 1, "parse_template accepted %zu slots", slots);
   FUZZ_CHECK(valid_utf8(text), "parse_template accepted invalid UTF-8");
+  FUZZ_CHECK(text.compare(0, 3, "\xEF\xBB\xBF") != 0, "parse_template accepted a leading byte-order mark");
   FUZZ_CHECK(t.prefix_text + kContentSlot + t.suffix_text == text, "prefix + slot + suffix is not the template");
   const int32_t n = tok.n_tokens();
   for (const std::vector<int32_t>* v : {&t.prefix, &t.suffix})

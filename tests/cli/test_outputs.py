@@ -150,6 +150,50 @@ def replaced_under_a_running_process(smollm2, tmp):
     os.remove(model)
 
 
+def full_disk(data, tmp):
+    """A report or model written to a full file system: a clear error (exit 2, ENOSPC named),
+    the previous file intact, no temporary left. Needs a small tmpfs (mount as root)."""
+    mnt = os.path.join(tmp, "outputs_full_%d" % os.getpid())
+    os.makedirs(mnt, exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt], capture_output=True).returncode != 0:
+        print("skipped: full-disk checks (cannot mount a small tmpfs here; needs root)")
+        os.rmdir(mnt)
+        return
+    try:
+        q3 = os.path.join(tmp, "outputs_q3_%d.pkv" % os.getpid())
+        rc, _, err = run(["convert", os.path.join(data, "tiny_qwen3_vocab.gguf"), q3, "--force",
+                          "--kv", "1-2:compressed:W=4,S=4,L=8,gate=uniform"])
+        check(rc == 0, "convert the self-test fixture: " + err)
+        report = os.path.join(mnt, "report.json")
+        model = os.path.join(mnt, "model.pkv")
+        with open(report, "w") as f:
+            f.write('{"previous": true}\n')
+        with open(model, "wb") as f:
+            f.write(b"the previous model\n")
+        before = (sha(report), sha(model))
+        filler = os.path.join(mnt, "filler")
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)  # fill the file system, then free a page
+        try:
+            while os.write(fd, b"\0" * 4096) > 0:
+                pass
+        except OSError:
+            pass
+        os.close(fd)
+        os.truncate(filler, max(0, os.path.getsize(filler) - 4096))
+        rc, _, err = run(["selftest", "-m", q3, "--ctx", "72", "--samples", "4", "-t", "1", "--json", report, "-q"])
+        check(rc == 2 and "cannot write --json" in err and "No space left on device" in err,
+              "a report to a full disk: exit 2 naming ENOSPC: %d %s" % (rc, err))
+        rc, _, err = run(["convert", os.path.join(data, "tiny.gguf"), model, "--force"])
+        check(rc == 2 and "No space left on device" in err, "a model to a full disk: %d %s" % (rc, err))
+        check((sha(report), sha(model)) == before, "the previous report and model are intact")
+        check(temporaries(report) == [] and temporaries(model) == [], "no temporary left on the full disk: %s"
+              % os.listdir(mnt))
+        os.remove(q3)
+    finally:
+        subprocess.run(["umount", mnt])
+        os.rmdir(mnt)
+
+
 def main():
     global PHASEKV
     ap = argparse.ArgumentParser(description=__doc__)
@@ -164,6 +208,10 @@ def main():
     gguf = os.path.join(a.data, "tiny.gguf")
     concurrent_writers(gguf, a.tmp)
     input_named_like_a_temporary(gguf, a.tmp)
+    if os.path.exists(os.path.join(a.data, "tiny_qwen3_vocab.gguf")):
+        full_disk(a.data, a.tmp)
+    else:
+        print("skipped: full-disk checks (no tiny_qwen3_vocab.gguf: it is made from the SmolLM2 GGUF)")
     if EMULATOR:
         print("skipped: signal delivery checks (under an emulator the signal goes to the emulator)")
     else:
