@@ -7,6 +7,7 @@
 #include "context.h"
 #include "phasekv.h"
 #include "sampler.h"
+#include "phase_guard.h"
 #include "selftest_report.h"
 
 struct pkv_model {
@@ -22,6 +23,10 @@ struct pkv_sampler {
 struct pkv_selftest_report {
   phasekv::SelftestReport r;
   std::string digest, control_digest;
+  std::vector<double> guard_rows[2][3];  // [unguarded, guarded][accuracy, ci_lo, ci_hi]
+};
+struct pkv_phase_guard {
+  std::unique_ptr<phasekv::PhaseGuard> g;
 };
 struct pkv_detokenizer {
   explicit pkv_detokenizer(const phasekv::Tokenizer& t) : d(t) {}
@@ -230,20 +235,32 @@ pkv_context_params pkv_context_default_params(void) {
   return pkv_context_params{p.n_ctx, p.n_batch, p.n_threads, p.memory_budget, PKV_BACKEND_CPU, 0};
 }
 
+}  // extern "C"
+
+namespace {
+pkv_status context_params(const char* fn, const pkv_context_params* params, phasekv::ContextParams* p) {
+  p->n_ctx = params->n_ctx;
+  p->n_batch = params->n_batch;
+  p->n_threads = params->n_threads;
+  p->memory_budget = params->memory_budget;
+  if (params->backend < PKV_BACKEND_CPU || params->backend > PKV_BACKEND_AUTO)
+    return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                    "%s: backend = %d is not a pkv_backend (0 cpu, 1 cuda, 2 auto)", fn,
+                                    int(params->backend)));
+  p->backend = phasekv::BackendKind(params->backend);
+  p->device = params->device;
+  return PKV_OK;
+}
+}  // namespace
+
+extern "C" {
+
 pkv_status pkv_context_init(const pkv_model* model, const pkv_context_params* params, pkv_context** out) {
   PKV_CHECK_ARG(model && params && out, "pkv_context_init: model, params and out are required");
   return guarded([&] {
     phasekv::ContextParams p;
-    p.n_ctx = params->n_ctx;
-    p.n_batch = params->n_batch;
-    p.n_threads = params->n_threads;
-    p.memory_budget = params->memory_budget;
-    if (params->backend < PKV_BACKEND_CPU || params->backend > PKV_BACKEND_AUTO)
-      return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
-                                      "pkv_context_init: backend = %d is not a pkv_backend (0 cpu, 1 cuda, 2 auto)",
-                                      int(params->backend)));
-    p.backend = phasekv::BackendKind(params->backend);
-    p.device = params->device;
+    const pkv_status ps = context_params("pkv_context_init", params, &p);
+    if (ps != PKV_OK) return ps;
     std::unique_ptr<pkv_context> c(new pkv_context());
     phasekv::Status s = phasekv::Context::create(*model->m, p, &c->c);
     if (!s.ok()) return fail(s);
@@ -315,6 +332,12 @@ pkv_status pkv_sampler_init(const pkv_model* model, const pkv_sampler_params* pa
 
 void pkv_sampler_free(pkv_sampler* s) { delete s; }
 
+pkv_status pkv_sampler_sample_logits(pkv_sampler* s, const float* logits, int32_t* token) {
+  PKV_CHECK_ARG(s && logits && token, "pkv_sampler_sample_logits: s, logits and token are required");
+  *token = s->s.sample(logits);
+  return PKV_OK;
+}
+
 pkv_status pkv_sampler_sample(pkv_sampler* s, const pkv_context* ctx, int32_t* token) {
   PKV_CHECK_ARG(s && ctx && token, "pkv_sampler_sample: s, ctx and token are required");
   if (ctx->c->n_past() == 0) return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_sampler_sample: the context has no logits yet");
@@ -349,6 +372,8 @@ pkv_selftest_params pkv_selftest_default_params(void) {
   p.gate_min_acc = -1;
   p.gate_max_gap = -1;
   p.targets = o.targets;
+  p.guard = o.guard;
+  p.guard_threshold = o.guard_threshold;
   return p;
 }
 
@@ -377,6 +402,8 @@ pkv_status selftest_options(const char* fn, const pkv_model* model, const pkv_se
   o.delta = params->delta;
   o.alpha = params->alpha;
   o.n_threads = params->n_threads;
+  o.guard = params->guard;
+  o.guard_threshold = params->guard_threshold;
   if (params->backend < PKV_BACKEND_CPU || params->backend > PKV_BACKEND_AUTO)
     return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
                                     "%s: backend = %d is not a pkv_backend (0 cpu, 1 cuda, 2 auto)", fn,
@@ -488,6 +515,14 @@ pkv_status pkv_selftest_run_report(const pkv_model* model, const pkv_selftest_pa
     phasekv::Status s = phasekv::run_selftest_report(*model->m, twin.get(), o, gates, &rep->r);
     if (!s.ok()) return fail(s);
     rep->digest = hex64(rep->r.run.probe_digest);
+    const phasekv::GuardResult& g = rep->r.run.guard;
+    if (g.requested && g.clusters >= 2)
+      for (int side = 0; side < 2; ++side)
+        for (const phasekv::selftest::ResidueRow& row : (side ? g.guarded : g.unguarded).residues) {
+          rep->guard_rows[side][0].push_back(row.accuracy);
+          rep->guard_rows[side][1].push_back(row.accuracy_ci.lo);
+          rep->guard_rows[side][2].push_back(row.accuracy_ci.hi);
+        }
     if (rep->r.has_control) rep->control_digest = hex64(rep->r.control.probe_digest);
     *out = rep.release();
     return PKV_OK;
@@ -665,6 +700,57 @@ pkv_status pkv_selftest_report_gate_check(const pkv_selftest_report* report, uin
   return PKV_OK;
 }
 
+pkv_status pkv_selftest_report_guard(const pkv_selftest_report* report, pkv_selftest_guard* out) {
+  PKV_CHECK_ARG(report && out, "pkv_selftest_report_guard: report and out are required");
+  std::memset(out, 0, sizeof *out);
+  const phasekv::GuardResult& g = report->r.run.guard;
+  if (!g.requested) return PKV_OK;
+  out->requested = 1;
+  out->shift = g.shift;
+  out->auto_shift = g.auto_shift ? 1 : 0;
+  out->stage1_weak = g.stage1_weak.data();
+  out->n_stage1_weak = uint32_t(g.stage1_weak.size());
+  out->threshold = g.threshold;
+  out->clusters = g.clusters;
+  out->triggered = g.triggered;
+  out->from_b = g.from_b;
+  out->worst_residue = g.worst_residue;
+  out->worst_gain = g.worst_gain;
+  out->worst_gain_lo = g.worst_gain_ci.lo;
+  out->worst_gain_hi = g.worst_gain_ci.hi;
+  out->mean_gain = g.mean_gain;
+  out->mean_gain_lo = g.mean_gain_ci.lo;
+  out->mean_gain_hi = g.mean_gain_ci.hi;
+  if (g.clusters >= 2) {
+    for (int side = 0; side < 2; ++side) {
+      const phasekv::selftest::Summary& sm = side ? g.guarded : g.unguarded;
+      pkv_selftest_guard_side& o = side ? out->guarded : out->unguarded;
+      o.accuracy = report->guard_rows[side][0].data();
+      o.ci_lo = report->guard_rows[side][1].data();
+      o.ci_hi = report->guard_rows[side][2].data();
+      o.mean_accuracy = sm.mean_accuracy;
+      o.mean_ci_lo = sm.mean_bootstrap.ci.lo;
+      o.mean_ci_hi = sm.mean_bootstrap.ci.hi;
+      o.min_accuracy = sm.worst.naive_min;
+      o.argmin = sm.worst.naive_argmin;
+      o.gap = sm.gap.gap;
+    }
+  }
+  return PKV_OK;
+}
+
+pkv_status pkv_selftest_report_phase_profile(const pkv_selftest_report* report, pkv_phase_profile* out) {
+  PKV_CHECK_ARG(report && out, "pkv_selftest_report_phase_profile: report and out are required");
+  const phasekv::PhaseProfile p = phasekv::phase_profile(report->r);
+  std::memset(out, 0, sizeof *out);
+  out->period = p.period;
+  for (size_t r = 0; r < p.accuracy.size() && r < PKV_SELFTEST_MAX_RESIDUES; ++r) out->accuracy[r] = p.accuracy[r];
+  for (size_t i = 0; i < p.weak.size() && i < PKV_SELFTEST_MAX_RESIDUES; ++i) out->weak[i] = p.weak[i];
+  out->n_weak = uint32_t(std::min<size_t>(p.weak.size(), PKV_SELFTEST_MAX_RESIDUES));
+  out->strongest = p.strongest;
+  return PKV_OK;
+}
+
 const char* pkv_selftest_report_advice(const pkv_selftest_report* report, uint32_t index) {
   if (!report || index >= report->r.advice.text.size()) return nullptr;
   return report->r.advice.text[index].c_str();
@@ -674,6 +760,115 @@ const char* pkv_selftest_report_memory(const pkv_selftest_report* report, int32_
   if (!report || (control != 0 && control != 1)) return nullptr;
   const auto& m = control ? report->r.control_memories : report->r.memories;
   return index < m.size() ? m[index].c_str() : nullptr;
+}
+
+// ---- Phase guard ---------------------------------------------------------------------------
+
+}  // extern "C"
+
+namespace {
+pkv_status profile_from_c(const char* fn, const pkv_phase_profile* in, phasekv::PhaseProfile* out) {
+  if (in->period < 2 || in->period > PKV_SELFTEST_MAX_RESIDUES || in->n_weak > in->period)
+    return fail(phasekv::make_error(phasekv::StatusCode::kInvalidArgument,
+                                    "%s: profile period = %u must be in [2, %d] and n_weak = %u at most the period", fn,
+                                    in->period, PKV_SELFTEST_MAX_RESIDUES, in->n_weak));
+  out->period = in->period;
+  out->accuracy.assign(in->accuracy, in->accuracy + in->period);
+  out->weak.assign(in->weak, in->weak + in->n_weak);
+  out->strongest = in->strongest;
+  const phasekv::Status s = phasekv::check_phase_profile(*out);
+  return s.ok() ? PKV_OK : fail(s.with_context(fn));
+}
+}  // namespace
+
+extern "C" {
+
+pkv_status pkv_phase_align_template(const pkv_model* model, const char* template_text, const pkv_phase_profile* profile,
+                                    char* buf, size_t capacity, size_t* len, uint32_t* inserted_tokens) {
+  PKV_CHECK_ARG(model && template_text && profile && len,
+                "pkv_phase_align_template: model, template_text, profile and len are required");
+  return guarded([&] {
+    phasekv::PhaseProfile p;
+    pkv_status st = profile_from_c("pkv_phase_align_template", profile, &p);
+    if (st != PKV_OK) return st;
+    phasekv::TemplateAlignment a;
+    const phasekv::Status s = phasekv::align_template(model->m->tokenizer(), template_text, p, &a);
+    if (!s.ok()) return fail(s.with_context("pkv_phase_align_template"));
+    *len = a.text.size();
+    if (!buf || a.text.size() + 1 > capacity)
+      return fail(PKV_ERR_INVALID_ARGUMENT, "pkv_phase_align_template: capacity is smaller than *len + 1");
+    std::memcpy(buf, a.text.c_str(), a.text.size() + 1);
+    if (inserted_tokens) *inserted_tokens = a.inserted_tokens;
+    return PKV_OK;
+  });
+}
+
+pkv_phase_guard_params pkv_phase_guard_default_params(void) {
+  const phasekv::PhaseGuardParams g;
+  return pkv_phase_guard_params{g.shift, g.threshold};
+}
+
+pkv_status pkv_phase_guard_init(const pkv_model* model, const pkv_context_params* context_params_in,
+                                const char* template_text, const pkv_phase_profile* profile,
+                                const pkv_phase_guard_params* params, pkv_phase_guard** out) {
+  PKV_CHECK_ARG(model && context_params_in && template_text && profile && out,
+                "pkv_phase_guard_init: model, context_params, template_text, profile and out are required");
+  *out = nullptr;
+  return guarded([&] {
+    phasekv::ContextParams cp;
+    pkv_status st = context_params("pkv_phase_guard_init", context_params_in, &cp);
+    if (st != PKV_OK) return st;
+    phasekv::PhaseProfile p;
+    st = profile_from_c("pkv_phase_guard_init", profile, &p);
+    if (st != PKV_OK) return st;
+    phasekv::PhaseGuardParams gp;
+    if (params) {
+      gp.shift = params->shift;
+      gp.threshold = params->threshold;
+    }
+    std::unique_ptr<pkv_phase_guard> g(new pkv_phase_guard());
+    const phasekv::Status s = phasekv::PhaseGuard::create(*model->m, cp, template_text, p, gp, &g->g);
+    if (!s.ok()) return fail(s.with_context("pkv_phase_guard_init"));
+    *out = g.release();
+    return PKV_OK;
+  });
+}
+
+void pkv_phase_guard_free(pkv_phase_guard* guard) { delete guard; }
+
+pkv_status pkv_phase_guard_start(pkv_phase_guard* guard, const int32_t* content, size_t n, int32_t* was_guarded) {
+  PKV_CHECK_ARG(guard && (content || n == 0), "pkv_phase_guard_start: guard is required, and content when n > 0");
+  return guarded([&] {
+    const phasekv::Status s = guard->g->start(content, n);
+    if (!s.ok()) return fail(s);
+    if (was_guarded) *was_guarded = guard->g->stats().guarded ? 1 : 0;
+    return PKV_OK;
+  });
+}
+
+const float* pkv_phase_guard_logits(const pkv_phase_guard* guard) { return guard ? guard->g->logits() : nullptr; }
+
+pkv_status pkv_phase_guard_accept(pkv_phase_guard* guard, int32_t token) {
+  PKV_CHECK_ARG(guard, "pkv_phase_guard_accept: guard is NULL");
+  return guarded([&] {
+    const phasekv::Status s = guard->g->accept(token);
+    return s.ok() ? PKV_OK : fail(s);
+  });
+}
+
+uint32_t pkv_phase_guard_room(const pkv_phase_guard* guard) { return guard ? guard->g->room() : 0; }
+
+pkv_status pkv_phase_guard_stats_get(const pkv_phase_guard* guard, pkv_phase_guard_stats* out) {
+  PKV_CHECK_ARG(guard && out, "pkv_phase_guard_stats_get: guard and out are required");
+  const phasekv::PhaseGuardStats& st = guard->g->stats();
+  out->guarded = st.guarded ? 1 : 0;
+  out->first_top_p = st.first_top_p;
+  out->shift = st.shift;
+  out->prefill_a = st.prefill_a;
+  out->prefill_b = st.prefill_b;
+  out->steps = st.steps;
+  out->steps_b = st.steps_b;
+  return PKV_OK;
 }
 
 }  // extern "C"

@@ -185,6 +185,8 @@ pkv_status pkv_sampler_init(const pkv_model* model, const pkv_sampler_params* pa
 void pkv_sampler_free(pkv_sampler* s);
 /* Samples from the context's current logits. */
 pkv_status pkv_sampler_sample(pkv_sampler* s, const pkv_context* ctx, int32_t* token);
+/* Samples from a logits row of n_vocab floats (e.g. pkv_phase_guard_logits). */
+pkv_status pkv_sampler_sample_logits(pkv_sampler* s, const float* logits, int32_t* token);
 /* Records a token for the repetition penalty. */
 void pkv_sampler_accept(pkv_sampler* s, int32_t token);
 
@@ -225,6 +227,10 @@ typedef struct pkv_selftest_params {
   double gate_min_acc;       /* the gate fails when a residue's accuracy is below this; < 0: no check (default -1) */
   double gate_max_gap;       /* the gate fails when max - min accuracy exceeds this; < 0: no check (default -1) */
   uint32_t targets;          /* records looked up per probe, 1..64 (default: the tool's --targets default) */
+  int32_t guard;             /* pkv_selftest_run_report: also score the phase guard on the outer probes
+                                (pkv_selftest_report_guard): -1 off (default); 0 auto: the shift is chosen
+                                on stage 1 and scored on stage 2; g > 0: that shift, both stages */
+  double guard_threshold;    /* the guard's trigger: guarded when the top probability is below this (default 1) */
 } pkv_selftest_params;
 
 typedef struct pkv_selftest_result {
@@ -364,9 +370,97 @@ pkv_status pkv_selftest_report_complementary(const pkv_selftest_report* report, 
                                              pkv_selftest_complementary* out);
 pkv_status pkv_selftest_report_gate_check(const pkv_selftest_report* report, uint32_t index,
                                           pkv_selftest_gate_check* out);
+/* The phase guard scored on the probes (params.guard >= 0): both sides on the same samples. */
+typedef struct pkv_selftest_guard_side {
+  const double* accuracy;       /* [period] per residue */
+  const double* ci_lo;          /* [period] Wilson 95 % */
+  const double* ci_hi;
+  double mean_accuracy, mean_ci_lo, mean_ci_hi; /* cluster-bootstrap interval */
+  double min_accuracy;
+  int32_t argmin;
+  double gap;                   /* max - min */
+} pkv_selftest_guard_side;
+
+typedef struct pkv_selftest_guard {
+  int32_t requested;            /* 0: the run had no guard (the rest is zero) */
+  uint32_t shift;               /* 0: inactive (auto found no weak residue in stage 1) */
+  int32_t auto_shift;           /* 1: chosen on stage 1, scored on stage 2 */
+  const int32_t* stage1_weak;   /* auto: the residues the shift was chosen for */
+  uint32_t n_stage1_weak;
+  double threshold;
+  int32_t clusters;             /* samples scored */
+  double triggered;             /* share of lookups guarded */
+  double from_b;                /* share of lookups answered by the shifted branch */
+  int32_t worst_residue;        /* the unguarded worst residue */
+  double worst_gain, worst_gain_lo, worst_gain_hi; /* paired gain there, cluster-bootstrap 95 % */
+  double mean_gain, mean_gain_lo, mean_gain_hi;    /* paired gain over all residues */
+  pkv_selftest_guard_side unguarded, guarded; /* valid when clusters >= 2 */
+} pkv_selftest_guard;
+
+pkv_status pkv_selftest_report_guard(const pkv_selftest_report* report, pkv_selftest_guard* out);
 /* The i-th advice sentence / layer-run description ("0-19: full"); NULL past the end. */
 const char* pkv_selftest_report_advice(const pkv_selftest_report* report, uint32_t index);
 const char* pkv_selftest_report_memory(const pkv_selftest_report* report, int32_t control, uint32_t index);
+
+/* ---- Phase guard: acting on a self-test report ------------------------------------------
+ * (phase_guard.h.) Alignment inserts neutral tokens before a template's {{content}} slot so
+ * content starts on the strongest residue (verified by re-tokenizing). The guard evaluates a
+ * request's content at its own phase and shifted onto complementary phases, and takes each
+ * next token from the more confident branch; both branches then consume it. */
+
+typedef struct pkv_phase_profile {
+  uint32_t period;                              /* P, 2..256 */
+  double accuracy[PKV_SELFTEST_MAX_RESIDUES];   /* [period] per residue, in [0, 1] */
+  int32_t weak[PKV_SELFTEST_MAX_RESIDUES];      /* flagged residues */
+  uint32_t n_weak;
+  uint32_t strongest;                           /* the strongest residue */
+} pkv_phase_profile;
+
+/* The profile of a report (accuracies averaged over its protocols, its flags, its advice). */
+pkv_status pkv_selftest_report_phase_profile(const pkv_selftest_report* report, pkv_phase_profile* out);
+
+/* Writes the aligned template (NUL-terminated) to buf; *len receives its length without the
+ * NUL (if len + 1 exceeds capacity nothing is written and PKV_ERR_INVALID_ARGUMENT is
+ * returned) and *inserted_tokens (may be NULL) the tokens inserted before the slot (0: the
+ * template is returned unchanged: no weak residue, or already aligned). PKV_ERR_UNSUPPORTED
+ * when no neutral text aligns it. */
+pkv_status pkv_phase_align_template(const pkv_model* model, const char* template_text, const pkv_phase_profile* profile,
+                                    char* buf, size_t capacity, size_t* len, uint32_t* inserted_tokens);
+
+typedef struct pkv_phase_guard pkv_phase_guard;
+
+typedef struct pkv_phase_guard_params {
+  uint32_t shift;      /* extra neutral tokens before branch B's content; 0: from the profile (default) */
+  double threshold;    /* guard a request when branch A's first top probability is below this: > 1 always,
+                          0 never (default 1) */
+} pkv_phase_guard_params;
+
+typedef struct pkv_phase_guard_stats {
+  int32_t guarded;           /* the last request ran both branches */
+  double first_top_p;        /* branch A's first top probability (the trigger's input) */
+  uint32_t shift;
+  int64_t prefill_a, prefill_b; /* tokens prefilled per branch for the request (B's are the extra cost) */
+  int64_t steps, steps_b;    /* tokens accepted; how many came from branch B */
+} pkv_phase_guard_stats;
+
+pkv_phase_guard_params pkv_phase_guard_default_params(void);
+/* Plans two contexts (context params as for pkv_context_init; n_ctx holds the template, the
+ * shift, the content and the generation) and prefills the template's prefix once. The guard
+ * allocates nothing after this call. */
+pkv_status pkv_phase_guard_init(const pkv_model* model, const pkv_context_params* context_params,
+                                const char* template_text, const pkv_phase_profile* profile,
+                                const pkv_phase_guard_params* params, pkv_phase_guard** out);
+void pkv_phase_guard_free(pkv_phase_guard* guard);
+/* A request: content token ids (encode untrusted text with parse_special = 0). *guarded (may be
+ * NULL) says whether both branches run. On failure the guard stays ready for the next request. */
+pkv_status pkv_phase_guard_start(pkv_phase_guard* guard, const int32_t* content, size_t n, int32_t* guarded);
+/* The next token's logits (the more confident branch's), n_vocab floats, valid until the next call. */
+const float* pkv_phase_guard_logits(const pkv_phase_guard* guard);
+/* Appends the chosen token to every running branch. */
+pkv_status pkv_phase_guard_accept(pkv_phase_guard* guard, int32_t token);
+/* Tokens that still fit in the fuller branch. */
+uint32_t pkv_phase_guard_room(const pkv_phase_guard* guard);
+pkv_status pkv_phase_guard_stats_get(const pkv_phase_guard* guard, pkv_phase_guard_stats* out);
 
 #ifdef __cplusplus
 }

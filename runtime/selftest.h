@@ -68,6 +68,40 @@ struct SelftestOptions {
   // loop allocation-free). Returning false cancels the run: run_selftest returns kCancelled.
   std::function<bool(const SelftestProgress&)> progress;
   bool control = false;  // reported in SelftestProgress::control
+  // The phase guard measured through the probes (phase_guard.h): -1 off; 0 auto: the shift is
+  // chosen from stage 1 of the outer protocol (its screening candidates as the weak residues,
+  // guard_shift()) and the guard is scored on stage 2 only, so choosing and measuring use
+  // disjoint samples; g > 0: that shift, scored on both stages. Needs the outer protocol: a
+  // guarded request shifts its whole content, which is what outer padding does.
+  int32_t guard = -1;
+  double guard_threshold = 1.0;  // the trigger (PhaseGuardParams::threshold)
+};
+
+// The guard scored on the probes themselves: each outer probe at shift s is branch A, the same
+// sample's probe at shift s + g (its content g tokens later, the same residue class as the
+// deployed guard's g pads) is branch B, and every lookup takes the more confident branch's
+// answer (only when A's top probability is below the threshold). No extra prefill: both
+// branches are probes the run evaluates anyway. A residue's guarded accuracy is that of
+// requests whose content sits at that residue.
+struct GuardResult {
+  bool requested = false;
+  uint32_t shift = 0;                 // 0: inactive (auto found no weak residue in stage 1)
+  bool auto_shift = false;
+  double threshold = 1.0;
+  int32_t clusters = 0;               // samples scored (stage 2 for auto, both stages otherwise)
+  std::vector<int32_t> stage1_weak;   // auto: the weak residues the shift was chosen for
+  selftest::Summary unguarded;        // the same samples without the guard
+  selftest::Summary guarded;
+  double triggered = 0.0;             // share of lookups the trigger guarded
+  double from_b = 0.0;                // share of lookups answered by branch B
+  // Paired on the same samples (guarded minus unguarded hits per sample), cluster bootstrap
+  // 95 % intervals: at the unguarded worst residue, and over all residues. A gain whose
+  // interval lies above 0 is what the guard buys; otherwise its branches fail together.
+  int32_t worst_residue = 0;
+  double worst_gain = 0.0;
+  selftest::Interval worst_gain_ci{0.0, 0.0};
+  double mean_gain = 0.0;
+  selftest::Interval mean_gain_ci{0.0, 0.0};
 };
 
 struct ProtocolResult {
@@ -102,6 +136,7 @@ struct SelftestResult {
   int64_t prefill_tokens = 0, naive_prefill_tokens = 0;
   double seconds = 0;
   std::string kernels;
+  GuardResult guard;                    // SelftestOptions::guard
 };
 
 // Runs the self-test on `model` in contexts of its own. Errors: bad template, a context too

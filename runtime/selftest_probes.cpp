@@ -126,6 +126,23 @@ constexpr const char* kSentences[] = {
 
 }  // namespace
 
+int32_t neutral_pad(const Tokenizer& tok, std::string* text) {
+  const int32_t newline = single_token(tok, "\n");
+  if (newline < 0) return -1;
+  for (const char* f : {" -", " *", " ~", " |", " =", " +", " ."}) {
+    const int32_t id = single_token(tok, f);
+    if (id < 0) continue;
+    std::string run;
+    for (int i = 0; i < 40; ++i) run += f;
+    if (encodes_to(tok, run, std::vector<int32_t>(40, id)) &&
+        encodes_to(tok, "\n" + std::string(f) + f + "\n", {newline, id, id, newline})) {
+      if (text) *text = f;
+      return id;
+    }
+  }
+  return -1;
+}
+
 Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out) {
   ProbeVocab v;
   v.sep = single_token(tok, " =");
@@ -133,18 +150,7 @@ Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out)
   if (v.sep < 0 || v.newline < 0)
     return make_error(StatusCode::kUnsupported, "the tokenizer has no single token for ' =' or a newline");
   std::string pad_text;
-  for (const char* f : {" -", " *", " ~", " |", " =", " +", " ."}) {
-    const int32_t id = single_token(tok, f);
-    if (id < 0) continue;
-    std::string run;
-    for (int i = 0; i < 40; ++i) run += f;
-    if (encodes_to(tok, run, std::vector<int32_t>(40, id)) &&
-        encodes_to(tok, "\n" + std::string(f) + f + "\n", {v.newline, id, id, v.newline})) {
-      v.pad = id;
-      pad_text = f;
-      break;
-    }
-  }
+  v.pad = neutral_pad(tok, &pad_text);
   if (v.pad < 0) return make_error(StatusCode::kUnsupported, "no neutral padding token round-trips in this vocabulary");
   size_t shortest = SIZE_MAX;
   for (const char* sentence : kSentences) {

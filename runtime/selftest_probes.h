@@ -54,6 +54,11 @@ struct ProbeVocab {
 // that survive the round-trip checks (at least 8, one of them at most 3 tokens long).
 Status build_probe_vocab(const Tokenizer& tok, size_t per_side, ProbeVocab* out);
 
+// The neutral padding token: the first of " -", " *", " ~", " |", " =", " +", " ." that is
+// one token, stays one token per copy in a run of 40, and keeps its neighbours' newlines; its
+// text in *text. -1 when none does.
+int32_t neutral_pad(const Tokenizer& tok, std::string* text = nullptr);
+
 // One probe: the ids to evaluate (ending with the answer prefix "<key>:"), the gold value,
 // and where the target sits.
 // With K targets (ProbeLayout::targets) the probe holds K target records next to each other

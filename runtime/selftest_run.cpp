@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "context.h"
+#include "phase_guard.h"
 
 namespace phasekv {
 
@@ -68,6 +69,13 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
   if (P > 256) return make_error(StatusCode::kInvalidArgument, "period %u: at most 256 residues are swept", P);
   r.period = P;
   if (!o.outer && !o.in_sequence) return make_error(StatusCode::kInvalidArgument, "no protocol selected");
+  if (o.guard >= 0 && !o.outer)
+    return make_error(StatusCode::kInvalidArgument,
+                      "the guard is scored on the outer protocol (a guarded request shifts its whole content)");
+  if (o.guard >= int32_t(P))
+    return make_error(StatusCode::kInvalidArgument, "guard shift %d must be below the period %u", o.guard, P);
+  if (!(o.guard_threshold >= 0.0))
+    return make_error(StatusCode::kInvalidArgument, "guard threshold = %g must be a number >= 0", o.guard_threshold);
 
   const Tokenizer& tok = model.tokenizer();
   ProbeTemplate tpl;
@@ -199,6 +207,15 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
     r.protocols.push_back(std::move(pres));
   }
   const double inv_k = 1.0 / double(layout.targets);
+  // The guard's records (outer protocol): per sample, shift and target, the greedy hit, the
+  // gold's NLL and the top log-probability (the trigger's and the rule's input).
+  const size_t K = layout.targets;
+  const bool guard_on = o.guard >= 0;
+  struct Lookup {
+    float hit, nll, top;
+  };
+  std::vector<Lookup> lookups(guard_on ? size_t(2 * C) * P * K : 0);
+  const int n_vocab = int(model.config().vocab_size);
   SelftestProgress prog;
   prog.total = int64_t(protos.size()) * 2 * C * P;
   const auto t_loop = clock::now();
@@ -237,6 +254,9 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
           PKV_RETURN_IF_ERROR(ctx->score(p.golds[i], &sc));
           ob.nll.at(row, p.residues[i]) += sc.nll * inv_k;
           ob.hit.at(row, p.residues[i]) += (sc.hit ? 1.0 : 0.0) * inv_k;
+          if (guard_on && protos[pi] == Protocol::Outer)
+            lookups[(size_t(c) * P + k) * K + i] = {sc.hit ? 1.0f : 0.0f, float(sc.nll),
+                                                    float(top_logprob(ctx->logits(), n_vocab))};
         }
         r.prefill_tokens += int64_t(p.ids.size() - shared);
         r.naive_prefill_tokens += int64_t(p.ids.size());
@@ -323,6 +343,83 @@ Status run_selftest(const Model& model, const SelftestOptions& o, SelftestResult
       if (std::find(r.flagged.begin(), r.flagged.end(), f) == r.flagged.end()) r.flagged.push_back(f);
   }
   std::sort(r.flagged.begin(), r.flagged.end());
+
+  if (guard_on) {
+    GuardResult& g = r.guard;
+    g.requested = true;
+    g.threshold = o.guard_threshold;
+    const size_t outer = size_t(std::find(protos.begin(), protos.end(), Protocol::Outer) - protos.begin());
+    const ProtocolResult& pres = r.protocols[outer];
+    int32_t first = 0;
+    if (o.guard == 0) {
+      // Chosen on stage 1, scored on stage 2.
+      g.auto_shift = true;
+      PhaseProfile prof;
+      prof.period = P;
+      prof.accuracy.assign(P, 0.0);
+      for (uint32_t j = 0; j < P; ++j) {
+        for (int32_t c = 0; c < C; ++c) prof.accuracy[j] += pres.stage1.hit.at(c, int32_t(j)) / double(C);
+        if (prof.accuracy[j] > prof.accuracy[prof.strongest]) prof.strongest = j;
+      }
+      prof.weak = pres.screening.candidates;
+      g.stage1_weak = prof.weak;
+      g.shift = guard_shift(prof);
+      first = C;
+    } else {
+      g.shift = uint32_t(o.guard);
+    }
+    g.clusters = 2 * C - first;
+    selftest::Observations un, gu;
+    for (selftest::Observations* ob : {&un, &gu}) {
+      ob->hit = selftest::ClusterMatrix::zeros(g.clusters, int32_t(P));
+      ob->nll = selftest::ClusterMatrix::zeros(g.clusters, int32_t(P));
+    }
+    int64_t n = 0, trig = 0, from_b = 0;
+    for (int32_t c = first; c < 2 * C; ++c) {
+      const std::vector<Probe>& probes = clusters[outer][size_t(c)];
+      for (uint32_t k = 0; k < P; ++k)
+        for (size_t i = 0; i < K; ++i) {
+          const Lookup& a = lookups[(size_t(c) * P + k) * K + i];
+          const Lookup& b = lookups[(size_t(c) * P + (k + g.shift) % P) * K + i];
+          // The rule of PhaseGuard: branch B when A is not certain enough and B is more confident.
+          const bool guarded = g.shift > 0 && std::exp(double(a.top)) < o.guard_threshold;
+          const bool use_b = guarded && b.top > a.top;
+          const Lookup& pick = use_b ? b : a;
+          const int32_t res = probes[k].residues[i];
+          un.hit.at(c - first, res) += a.hit * inv_k;
+          un.nll.at(c - first, res) += a.nll * inv_k;
+          gu.hit.at(c - first, res) += pick.hit * inv_k;
+          gu.nll.at(c - first, res) += pick.nll * inv_k;
+          ++n;
+          trig += guarded;
+          from_b += use_b;
+        }
+    }
+    selftest::SummaryParams sp;
+    sp.bootstrap.seed = o.seed;
+    if (g.clusters >= 2) {
+      g.unguarded = selftest::summarize(un, sp);
+      g.guarded = selftest::summarize(gu, sp);
+      // Paired gains: per sample, guarded minus unguarded, resampled by sample.
+      g.worst_residue = g.unguarded.worst.naive_argmin;
+      selftest::ClusterMatrix dw = selftest::ClusterMatrix::zeros(g.clusters, 1);
+      selftest::ClusterMatrix dm = selftest::ClusterMatrix::zeros(g.clusters, int32_t(P));
+      for (int32_t c = 0; c < g.clusters; ++c) {
+        dw.at(c, 0) = gu.hit.at(c, g.worst_residue) - un.hit.at(c, g.worst_residue);
+        for (uint32_t j = 0; j < P; ++j) dm.at(c, int32_t(j)) = gu.hit.at(c, int32_t(j)) - un.hit.at(c, int32_t(j));
+      }
+      selftest::BootstrapParams bp;
+      bp.seed = o.seed;
+      const selftest::BootstrapResult bw = selftest::cluster_bootstrap_mean(dw, bp);
+      const selftest::BootstrapResult bm = selftest::cluster_bootstrap_mean(dm, bp);
+      g.worst_gain = bw.estimate;
+      g.worst_gain_ci = bw.ci;
+      g.mean_gain = bm.estimate;
+      g.mean_gain_ci = bm.ci;
+    }
+    g.triggered = n ? double(trig) / double(n) : 0.0;
+    g.from_b = n ? double(from_b) / double(n) : 0.0;
+  }
   r.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
   *out = std::move(r);
   return Status::Ok();

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "file_io.h"
 #include "context.h"
 #include "selftest_report.h"
 #include "selftest_html.h"
@@ -50,6 +51,9 @@ struct SelftestArgs {
   double delta = 0.10, alpha = 0.05;
   double gate_min_acc = -1, gate_max_gap = -1;
   bool control = false;
+  std::string phase_align;       // --phase-align REPORT.json
+  std::string guard;             // --guard auto|SHIFT
+  double guard_threshold = 1.0;  // --guard-threshold
   int threads = 0;
   uint32_t batch = 256;
   std::string json_path, html_path;
@@ -151,6 +155,71 @@ json protocol_json(const ProtocolResult& p) {
           {"flagged", p.flagged}};
 }
 
+// A summary of the guard's comparison (both sides on the same samples).
+json guard_side_json(const selftest::Summary& s) {
+  json acc = json::array(), ci = json::array();
+  for (const selftest::ResidueRow& row : s.residues) {
+    acc.push_back(row.accuracy);
+    ci.push_back({row.accuracy_ci.lo, row.accuracy_ci.hi});
+  }
+  return {{"accuracy", acc},
+          {"ci", ci},
+          {"mean_accuracy", s.mean_accuracy},
+          {"mean_ci", {s.mean_bootstrap.ci.lo, s.mean_bootstrap.ci.hi}},
+          {"min_accuracy", s.worst.naive_min},
+          {"argmin", s.worst.naive_argmin},
+          {"gap", s.gap.gap}};
+}
+
+json guard_json(const GuardResult& g) {
+  return {{"shift", g.shift},
+          {"auto", g.auto_shift},
+          {"stage1_weak", g.stage1_weak},
+          {"threshold", g.threshold},
+          {"clusters", g.clusters},
+          {"triggered", g.triggered},
+          {"from_b", g.from_b},
+          {"worst_residue", g.worst_residue},
+          {"worst_gain", g.worst_gain},
+          {"worst_gain_ci", {g.worst_gain_ci.lo, g.worst_gain_ci.hi}},
+          {"mean_gain", g.mean_gain},
+          {"mean_gain_ci", {g.mean_gain_ci.lo, g.mean_gain_ci.hi}},
+          {"unguarded", g.clusters >= 2 ? guard_side_json(g.unguarded) : json(nullptr)},
+          {"guarded", g.clusters >= 2 ? guard_side_json(g.guarded) : json(nullptr)}};
+}
+
+void print_guard(const GuardResult& g) {
+  if (!g.requested) return;
+  if (g.shift == 0) {
+    std::printf("\nphase guard: inactive (%s)\n",
+                g.auto_shift ? "stage 1 found no weak residue to move" : "shift 0");
+    return;
+  }
+  std::printf("\nphase guard (outer padding, shift %u%s, threshold %.2f; %d samples, same probes both ways): "
+              "%.0f%% of lookups guarded, %.0f%% answered by branch B\n",
+              g.shift, g.auto_shift ? " chosen on stage 1, scored on stage 2" : "", g.threshold, g.clusters,
+              100 * g.triggered, 100 * g.from_b);
+  if (g.clusters < 2) return;
+  std::printf("  r   unguarded A_r [95%% CI]   guarded A_r [95%% CI]\n");
+  for (size_t r = 0; r < g.guarded.residues.size(); ++r) {
+    const selftest::ResidueRow& u = g.unguarded.residues[r];
+    const selftest::ResidueRow& w = g.guarded.residues[r];
+    std::printf("  %-3zu %5.3f [%5.3f, %5.3f]     %5.3f [%5.3f, %5.3f]\n", r, u.accuracy, u.accuracy_ci.lo,
+                u.accuracy_ci.hi, w.accuracy, w.accuracy_ci.lo, w.accuracy_ci.hi);
+  }
+  std::printf("  mean %.3f -> %.3f, min %.3f -> %.3f, gap %.3f -> %.3f\n", g.unguarded.mean_accuracy,
+              g.guarded.mean_accuracy, g.unguarded.worst.naive_min, g.guarded.worst.naive_min, g.unguarded.gap.gap,
+              g.guarded.gap.gap);
+  std::printf("  paired on the same samples: worst residue %d gains %+.3f [%+.3f, %+.3f], the mean %+.3f [%+.3f, %+.3f]\n",
+              g.worst_residue, g.worst_gain, g.worst_gain_ci.lo, g.worst_gain_ci.hi, g.mean_gain, g.mean_gain_ci.lo,
+              g.mean_gain_ci.hi);
+  if (g.worst_gain_ci.lo > 0)
+    std::printf("  the guard lifts the worst residue: its gain's interval lies above 0\n");
+  else
+    std::printf("  the guard does not demonstrably lift the worst residue (its gain's interval reaches 0): the "
+                "branches fail together here, or the samples are too few\n");
+}
+
 json protocols_json(const SelftestResult& r) {
   json j = json::object();
   for (const ProtocolResult& p : r.protocols) j[protocol_name(p.protocol)] = protocol_json(p);
@@ -250,6 +319,7 @@ json report_json(const SelftestReport& rep, const SelftestArgs& a, const Selftes
     j["control"] = nullptr;
   }
   j["gates"] = gates_json(rep);
+  if (res.guard.requested) j["guard"] = guard_json(res.guard);
   j["timings"] = {{"total_s", rep.seconds},
                   {"prefill_tokens", rep.prefill_tokens},
                   {"naive_prefill_tokens", rep.naive_prefill_tokens},
@@ -273,7 +343,7 @@ int run_selftest_cmd(const SelftestArgs& a) {
   // Report paths are checked before the run, not after minutes of probing: each a regular file
   // or absent, never the model, the template or the other report.
   s = check_outputs({{"--json", a.json_path}, {"--html", a.html_path}},
-                    {{"-m", a.model}, {"--template", a.template_file}});
+                    {{"-m", a.model}, {"--template", a.template_file}, {"--phase-align", a.phase_align}});
   if (!s.ok()) return report(cmd, s);
 
   SelftestOptions o;
@@ -285,6 +355,19 @@ int run_selftest_cmd(const SelftestArgs& a) {
     s = read_text_file("--template", a.template_file, &o.template_text);
     if (!s.ok()) return report(cmd, s);
     o.template_label = a.template_file;
+  }
+  if (!a.phase_align.empty()) {
+    // The evidence for an alignment: the self-test re-run on the aligned template.
+    PhaseProfile prof;
+    s = read_phase_profile(a.phase_align, &prof);
+    if (!s.ok()) return report(cmd, s);
+    TemplateAlignment al;
+    s = align_template(model->tokenizer(), o.template_text, prof, &al);
+    if (!s.ok()) return report(cmd, s.with_context("--phase-align"));
+    o.template_text = al.text;
+    o.template_label += al.changed ? " (aligned: " + std::to_string(al.inserted_tokens) + " tokens \"" +
+                                         display_escape(al.inserted_text) + "\" before the slot)"
+                                   : " (aligned: unchanged)";
   }
   o.probe_tokens = a.ctx;
   o.records = a.records;
@@ -302,6 +385,19 @@ int run_selftest_cmd(const SelftestArgs& a) {
   o.kernels = a.be.kernel_spec("reference");
   o.device = a.be.device;
   o.n_batch = a.batch;
+  if (!a.guard.empty()) {
+    uint64_t shift = 0;
+    if (a.guard == "auto") {
+      o.guard = 0;
+    } else if (parse_unsigned(a.guard, &shift) && shift >= 1 && shift <= 255) {
+      o.guard = int32_t(shift);
+    } else {
+      return report(cmd, make_error(StatusCode::kInvalidArgument,
+                                    "--guard '%s': 'auto' or a shift in [1, 255] (below the period)",
+                                    display_escape(a.guard).c_str()));
+    }
+    o.guard_threshold = a.guard_threshold;
+  }
   const bool show = !a.quiet;
   const bool is_tty = isatty(2) != 0;
   // Ctrl-C stops the run between probes (no report is written, earlier ones stay as they were);
@@ -387,6 +483,7 @@ int run_selftest_cmd(const SelftestArgs& a) {
   for (const GateCheck& c : rep.checks)
     std::printf("gate %s: %s (value %.3f, threshold %.3f)\n", c.name.c_str(), c.pass ? "pass" : "FAIL", c.value,
                 c.threshold);
+  print_guard(res.guard);
 
   if (!a.json_path.empty()) {
     s = write_file_atomic("--json", a.json_path, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
@@ -443,6 +540,17 @@ void register_selftest(CLI::App& app, int* exit_code) {
   cmd->add_option("--gate-max-gap", a->gate_max_gap, "Fail (exit 3) when max - min accuracy exceeds this")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--control", a->control, "Also run the full-attention twin and report the gap compression adds");
+  cmd->add_option("--phase-align", a->phase_align,
+                  "Self-test report (--json of an earlier run): align the template first (neutral tokens before the "
+                  "slot put content on the strongest residue) and test the aligned template");
+  cmd->add_option("--guard", a->guard,
+                  "Also score the phase guard (run --phase-guard) on the outer probes: 'auto' chooses the shift on "
+                  "stage 1 and scores stage 2, a number is the shift (scored on both stages)");
+  cmd->add_option("--guard-threshold", a->guard_threshold,
+                  "With --guard: guard a lookup only when its top probability is below this (default 1)")
+      ->default_val(1.0)
+      ->check(finite_number())
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
   add_backend_options(cmd, &a->be);
   add_load_options(cmd, &a->be);

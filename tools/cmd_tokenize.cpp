@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "file_io.h"
+#include "phase_guard.h"
 #include "model.h"
 #include "selftest.h"
 
@@ -27,6 +29,8 @@ using nlohmann::json;
 
 struct TokenizeArgs {
   std::string model, prompt, file, template_file;
+  std::string phase_align;   // --phase-align REPORT.json (with --template)
+  std::string aligned_out;   // --aligned-out FILE
   bool prompt_given = false;
   bool ids_only = false, no_bos = false, no_special = false, json = false;
   int period = 0;
@@ -88,6 +92,24 @@ int run_tokenize(const TokenizeArgs& a) {
     std::string text;
     s = read_text_file("--template", a.template_file, &text);
     if (!s.ok()) return report("tokenize", s);
+    TemplateAlignment al;
+    if (!a.aligned_out.empty() && a.phase_align.empty())
+      return report("tokenize", make_error(StatusCode::kInvalidArgument, "--aligned-out needs --phase-align"));
+    s = check_outputs({{"--aligned-out", a.aligned_out}},
+                      {{"-m", a.model}, {"--template", a.template_file}, {"--phase-align", a.phase_align}});
+    if (!s.ok()) return report("tokenize", s);
+    if (!a.phase_align.empty()) {
+      PhaseProfile prof;
+      s = read_phase_profile(a.phase_align, &prof);
+      if (!s.ok()) return report("tokenize", s);
+      s = align_template(tok, text, prof, &al);
+      if (!s.ok()) return report("tokenize", s.with_context("--phase-align"));
+      text = al.text;
+      if (!a.aligned_out.empty()) {
+        s = write_file_atomic("--aligned-out", a.aligned_out, text);
+        if (!s.ok()) return report("tokenize", s);
+      }
+    }
     ProbeTemplate t;
     s = parse_template(tok, text, &t);
     if (!s.ok()) return report("tokenize", s.with_context("--template"));
@@ -115,8 +137,21 @@ int run_tokenize(const TokenizeArgs& a) {
                 {"phase", P > 1 ? json(t0 % P) : json(nullptr)},
                 {"prefix", jp},
                 {"suffix", js}};
+      if (!a.phase_align.empty())
+        j["aligned"] = {{"changed", al.changed}, {"t0_before", al.t0}, {"inserted_tokens", al.inserted_tokens},
+                        {"inserted_text", al.inserted_text}, {"target_residue", al.target_residue},
+                        {"template_text", text}};
       std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
       return kExitOk;
+    }
+    if (!a.phase_align.empty()) {
+      if (al.changed)
+        std::printf("aligned: %u token%s (\"%s\") inserted before the slot: T0 %u -> %u, onto residue %u\n",
+                    al.inserted_tokens, al.inserted_tokens == 1 ? "" : "s", display_escape(al.inserted_text).c_str(),
+                    al.t0, al.aligned_t0, al.target_residue);
+      else
+        std::printf("aligned: unchanged (no weak residue, or the slot already starts on residue %u)\n",
+                    al.target_residue);
     }
     std::printf("template: %u tokens before the slot (T0 = %u), %zu after\n", t0, t0, t.suffix.size());
     if (P > 1)
@@ -172,6 +207,10 @@ void register_tokenize(CLI::App& app, int* exit_code) {
   cmd->add_option("-f,--file", a->file, "Read the text from a file (UTF-8)");
   cmd->add_option("--template", a->template_file,
                   "A prompt template with one {{content}} slot: T0, its phase, the tokens around the slot");
+  cmd->add_option("--phase-align", a->phase_align,
+                  "With --template: align it first with a self-test report (selftest --json): neutral tokens before "
+                  "the slot move content onto the strongest residue");
+  cmd->add_option("--aligned-out", a->aligned_out, "With --phase-align: write the aligned template to this file");
   cmd->add_option("--period", a->period, "Period for the slot's phase (default: lcm of the compressed strides)")
       ->check(CLI::Range(2, 256));
   cmd->add_flag("--ids", a->ids_only, "Print the ids only, as a list");

@@ -10,6 +10,7 @@
 
 #include "backends.h"
 #include "model.h"
+#include "phase_guard.h"
 #include "status.h"
 
 namespace phasekv {
@@ -43,6 +44,11 @@ using NamedPath = std::pair<const char*, std::string>;
 // and none may be one of `inputs` or another output, however spelled -- symlinks, `..`, hard
 // links (kInvalidArgument, naming both).
 Status check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
+
+// Reads a self-test report (selftest --json) as the phase profile --phase-align and
+// --phase-guard act on: period, accuracy per residue averaged over the protocols, the flagged
+// residues, the strongest residue. kInvalidFile naming the missing or malformed field.
+Status read_phase_profile(const std::string& path, PhaseProfile* out);
 
 // Flushes stdout; kIoError naming the reason when anything written to it was lost (a full
 // disk, /dev/full, a closed pipe end).

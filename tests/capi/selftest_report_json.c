@@ -5,7 +5,7 @@
  *
  *   selftest_report_json MODEL.pkv OUT.json [--ctx N] [--samples N] [--period P] [--seed S]
  *       [--records N] [--threads N] [--template FILE | --chat] [--control]
- *       [--gate-min-acc A] [--gate-max-gap G] [--cancel-after N]
+ *       [--gate-min-acc A] [--gate-max-gap G] [--guard auto|SHIFT] [--guard-threshold T] [--cancel-after N]
  *
  * Exit 0: written; 2: an error (printed); 4: cancelled as asked (--cancel-after N stops the
  * run from the progress callback after N probes; PKV_ERR_CANCELLED is then required). */
@@ -44,6 +44,40 @@ static void ints(const int32_t* v, uint32_t n) {
   fputc('[', out);
   for (uint32_t i = 0; i < n; ++i) fprintf(out, "%s%d", i ? "," : "", v[i]);
   fputc(']', out);
+}
+
+static void doubles(const double* v, uint32_t n) {
+  fputc('[', out);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (i) fputc(',', out);
+    num(v[i]);
+  }
+  fputc(']', out);
+}
+
+/* One side of the guard's comparison, as the tool's guard_side_json. */
+static void guard_side(const pkv_selftest_guard_side* g, uint32_t period) {
+  fputs("{\"accuracy\":", out);
+  doubles(g->accuracy, period);
+  fputs(",\"ci\":[", out);
+  for (uint32_t r = 0; r < period; ++r) {
+    fputs(r ? ",[" : "[", out);
+    num(g->ci_lo[r]);
+    fputc(',', out);
+    num(g->ci_hi[r]);
+    fputc(']', out);
+  }
+  fputs("],\"mean_accuracy\":", out);
+  num(g->mean_accuracy);
+  fputs(",\"mean_ci\":[", out);
+  num(g->mean_ci_lo);
+  fputc(',', out);
+  num(g->mean_ci_hi);
+  fputs("],\"min_accuracy\":", out);
+  num(g->min_accuracy);
+  fprintf(out, ",\"argmin\":%d,\"gap\":", g->argmin);
+  num(g->gap);
+  fputc('}', out);
 }
 
 static int fail(pkv_status s, const char* what) {
@@ -205,6 +239,8 @@ int main(int argc, char** argv) {
     else if (v && !strcmp(a, "--gate-min-acc")) sp.gate_min_acc = atof(v), ++i;
     else if (v && !strcmp(a, "--gate-max-gap")) sp.gate_max_gap = atof(v), ++i;
     else if (v && !strcmp(a, "--cancel-after")) g_cancel_after = atoll(v), ++i;
+    else if (v && !strcmp(a, "--guard")) sp.guard = strcmp(v, "auto") ? atoi(v) : 0, ++i;
+    else if (v && !strcmp(a, "--guard-threshold")) sp.guard_threshold = atof(v), ++i;
     else if (v && !strcmp(a, "--template")) {
       if (!(tpl = read_file(v))) {
         fprintf(stderr, "cannot read %s\n", v);
@@ -311,7 +347,42 @@ int main(int argc, char** argv) {
     num(c.value);
     fprintf(out, ",\"pass\":%s}", c.pass ? "true" : "false");
   }
-  fprintf(out, "]},\"timings\":{\"prefill_tokens\":%lld,\"naive_prefill_tokens\":%lld,\"probes\":%lld}",
+  fputs("]}", out);
+  {
+    pkv_selftest_guard g;
+    if ((s = pkv_selftest_report_guard(r, &g)) != PKV_OK) return fail(s, "pkv_selftest_report_guard");
+    if (g.requested) {
+      fprintf(out, ",\"guard\":{\"shift\":%u,\"auto\":%s,\"stage1_weak\":", g.shift, g.auto_shift ? "true" : "false");
+      ints(g.stage1_weak, g.n_stage1_weak);
+      fputs(",\"threshold\":", out);
+      num(g.threshold);
+      fprintf(out, ",\"clusters\":%d,\"triggered\":", g.clusters);
+      num(g.triggered);
+      fputs(",\"from_b\":", out);
+      num(g.from_b);
+      fprintf(out, ",\"worst_residue\":%d,\"worst_gain\":", g.worst_residue);
+      num(g.worst_gain);
+      fputs(",\"worst_gain_ci\":[", out);
+      num(g.worst_gain_lo);
+      fputc(',', out);
+      num(g.worst_gain_hi);
+      fputs("],\"mean_gain\":", out);
+      num(g.mean_gain);
+      fputs(",\"mean_gain_ci\":[", out);
+      num(g.mean_gain_lo);
+      fputc(',', out);
+      num(g.mean_gain_hi);
+      fputc(']', out);
+      fputs(",\"unguarded\":", out);
+      if (g.clusters >= 2) guard_side(&g.unguarded, o.period);
+      else fputs("null", out);
+      fputs(",\"guarded\":", out);
+      if (g.clusters >= 2) guard_side(&g.guarded, o.period);
+      else fputs("null", out);
+      fputc('}', out);
+    }
+  }
+  fprintf(out, ",\"timings\":{\"prefill_tokens\":%lld,\"naive_prefill_tokens\":%lld,\"probes\":%lld}",
           (long long)o.prefill_tokens, (long long)o.naive_prefill_tokens, (long long)o.probes);
   /* Accessors refuse what is out of range, naming the index. */
   {

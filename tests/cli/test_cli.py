@@ -145,6 +145,15 @@ def selftest_checks(a, smol):
         check(j["period"] == int(period) and j["template"]["t0"] == 3 and j["template"]["phase"] == 3 % int(period),
               "selftest JSON basics")
         check(j["timings"]["prefill_tokens"] < j["timings"]["naive_prefill_tokens"], "shared prefixes are reused")
+        # The phase guard and alignment act on this full-KV report: it flags nothing, so the
+        # guard stays inactive and changes no greedy output, and the template is not moved.
+        gen = ["run", "-m", smol, "--template", tpl, "-p", "The capital of France is", "-n", "8", "--greedy", "-t", "2"]
+        rc0, out0, err0 = run(gen)
+        rc1, out1, err1 = run(gen + ["--phase-guard", rj])
+        rc2, out2, err2 = run(gen + ["--phase-align", rj])
+        check(rc0 == 0 and rc1 == 0 and out1 == out0 and "phase-guard: inactive" in err1,
+              "full KV: --phase-guard changes no greedy output: %r vs %r %s" % (out1, out0, err1))
+        check(rc2 == 0 and out2 == out0 and "nothing to move" in err2, "full KV: --phase-align moves nothing: " + err2)
         # tokenize --template reports the self-test's T0 and phase for the same template.
         rc3, out3, err3 = run(["tokenize", "-m", smol, "--template", tpl, "--period", period, "--json"])
         if rc3 == 0:

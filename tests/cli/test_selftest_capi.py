@@ -85,6 +85,8 @@ def main():
                                "--gate-min-acc", "0.5", "--gate-max-gap", "0.3"]),
         ("template, no control", ["--ctx", "112", "--samples", "4", "--seed", "9", "--threads", "1", "--period", "8",
                                   "--template", tpl]),
+        ("guard", ["--ctx", "72", "--samples", "4", "--seed", "3", "--threads", "1", "--guard", "1",
+                   "--guard-threshold", "0.9"]),
     ]
     try:
         for name, args in designs:

@@ -73,8 +73,25 @@ def main():
                               "20-29:compressed:W=8,S=8,L=16,gate=scalar", "--gates", gates])
         check(rc == 0, "convert with the weak-offset gates: " + err)
         # A release gate on the worst residue must fail there: exit code 3.
-        j = selftest(weak, ["--samples", "6", "--gate-min-acc", "0.2"], want_rc=3) if rc == 0 else None
+        # The phase guard is scored on the same probes (no extra prefill): auto chooses its shift
+        # on stage 1 and scores it on stage 2.
+        j = selftest(weak, ["--samples", "6", "--gate-min-acc", "0.2", "--guard", "auto"], want_rc=3) if rc == 0 else None
         if j:
+            g = j["guard"]
+            check(g["shift"] > 0 and g["auto"] and 5 in g["stage1_weak"], "guard: a shift chosen for residue 5: %s"
+                  % {k: g[k] for k in ("shift", "stage1_weak")})
+            if g["shift"] > 0:
+                un, gu = g["unguarded"]["accuracy"], g["guarded"]["accuracy"]
+                # Probes whose target sits on the weak residue are answered correctly more often with
+                # the guard: the paired gain's 95 % interval lies above 0.
+                check(g["worst_residue"] == 5 and gu[5] > un[5] and g["worst_gain_ci"][0] > 0,
+                      "guard lifts residue 5: %.3f -> %.3f, gain %.3f [%.3f, %.3f]" % (
+                          un[5], gu[5], g["worst_gain"], g["worst_gain_ci"][0], g["worst_gain_ci"][1]))
+                print("guard on the planted weak offset: residue 5 %.3f -> %.3f, paired gain %+.3f [%+.3f, %+.3f]; "
+                      "mean %.3f -> %.3f, gain %+.3f [%+.3f, %+.3f]" % (
+                          un[5], gu[5], g["worst_gain"], g["worst_gain_ci"][0], g["worst_gain_ci"][1],
+                          g["unguarded"]["mean_accuracy"], g["guarded"]["mean_accuracy"], g["mean_gain"],
+                          g["mean_gain_ci"][0], g["mean_gain_ci"][1]))
             worst = min(r["accuracy"] for pr in j["protocols"].values() for r in pr["residues"])
             check(not j["gates"]["pass"] and worst < 0.2, "gate min_acc 0.2 fails (worst A_r %.3f)" % worst)
             acc = {pr: [r["accuracy"] for r in j["protocols"][pr]["residues"]] for pr in j["protocols"]}

@@ -15,6 +15,7 @@
 
 #include "context.h"
 #include "gguf_import.h"
+#include "phase_guard.h"
 
 extern "C" {
 void* __libc_malloc(size_t);
@@ -159,6 +160,63 @@ void check_model(const std::string& gguf, const std::string& pkv, const std::vec
   }
 }
 
+// The phase guard (two contexts, the prefix shared at creation): a guarded and an unguarded
+// request, each a start() and decode steps through accept(), allocate nothing.
+void check_guard(const std::string& gguf, const std::string& pkv, int* failures, int* checks) {
+  ImportOptions o;
+  o.kv_specs = {"20-29:compressed:W=8,S=8,L=16,gate=planted:K=2,V=5"};
+  Status s = convert_gguf_to_pkv(gguf, pkv, o);
+  std::unique_ptr<Model> model;
+  if (s.ok()) s = Model::load(pkv, &model);
+  PhaseProfile prof;
+  prof.period = 8;
+  prof.accuracy = {0.8, 0.9, 0.7, 0.8, 0.6, 0.0, 0.7, 0.8};
+  prof.weak = {5};
+  prof.strongest = 1;
+  ContextParams p = default_context_params();
+  p.n_ctx = 512;
+  p.n_threads = 2;
+  std::unique_ptr<PhaseGuard> guard;
+  PhaseGuardParams gp;
+  for (double threshold : {2.0, 0.0}) {
+    gp.threshold = threshold;
+    if (s.ok())
+      s = PhaseGuard::create(*model, p, "<|im_start|>user\nNotes:\n{{content}}<|im_end|>\n<|im_start|>assistant\n",
+                             prof, gp, &guard);
+    if (!s.ok()) {
+      std::printf("FAIL guard setup: %s\n", s.to_string().c_str());
+      ++*failures;
+      ++*checks;
+      return;
+    }
+    std::mt19937 rng(3);
+    std::vector<int32_t> content(300);
+    for (int32_t& t : content) t = int32_t(17 + rng() % 49000);
+    const int vocab = int(model->config().vocab_size);
+    g_calls = 0;
+    g_armed = true;
+    Status st = guard->start(content.data(), content.size());
+    for (int i = 0; i < 64 && st.ok(); ++i) {
+      int32_t t = 0;
+      top_logprob(guard->logits(), vocab, &t);
+      st = guard->accept(t);
+    }
+    // A second request on the same guard.
+    if (st.ok()) st = guard->start(content.data(), 100);
+    g_armed = false;
+    const long calls = g_calls.load();
+    const bool ok = st.ok() && calls == 0 && guard->stats().guarded == (threshold > 1.0);
+    std::printf("%s phase guard (%s): two requests, 300-token content + 64 accepted tokens: %ld allocator calls\n",
+                ok ? "ok  " : "FAIL", threshold > 1.0 ? "both branches" : "unguarded", calls);
+    if (!st.ok()) std::printf("     %s\n", st.to_string().c_str());
+    *failures += ok ? 0 : 1;
+    ++*checks;
+  }
+  guard.reset();
+  model.reset();
+  std::remove(pkv.c_str());
+}
+
 }  // namespace
 
 // argv: SmolLM2 GGUF, a scratch .pkv path, then optional small GGUFs of other architectures
@@ -180,6 +238,7 @@ int main(int argc, char** argv) {
                   {"0-9:full", "10-19:sliding:L=100", "20-29:compressed:W=8,S=8,L=16,rope=entry,gate=planted:K=2,V=5"},
               },
               1024, 256, &failures, &checks);
+  check_guard(argv[1], pkv, &failures, &checks);
   for (int i = 3; i < argc; ++i)
     check_model(argv[i], pkv,
                 {
