@@ -213,7 +213,10 @@ void print_guard(const GuardResult& g) {
   std::printf("  paired on the same samples: worst residue %d gains %+.3f [%+.3f, %+.3f], the mean %+.3f [%+.3f, %+.3f]\n",
               g.worst_residue, g.worst_gain, g.worst_gain_ci.lo, g.worst_gain_ci.hi, g.mean_gain, g.mean_gain_ci.lo,
               g.mean_gain_ci.hi);
-  if (g.worst_gain_ci.lo > 0)
+  if (g.unguarded.gap.gap < 0.1)
+    std::printf("  nothing to lift: without the guard the residues are within %.3f of each other\n",
+                g.unguarded.gap.gap);
+  else if (g.worst_gain_ci.lo > 0)
     std::printf("  the guard lifts the worst residue: its gain's interval lies above 0\n");
   else
     std::printf("  the guard does not demonstrably lift the worst residue (its gain's interval reaches 0): the "
