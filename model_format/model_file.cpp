@@ -274,20 +274,49 @@ Status ModelFile::open(const std::string& path, const OpenOptions& options, std:
   return Status::Ok();
 }
 
-Status compute_blob_hash(const uint8_t* blob, uint64_t size, BlobHash* out) {
-  XXH3_state_t* st = XXH3_createState();
-  if (!st) return make_error(StatusCode::kOutOfMemory, "cannot allocate the hash state");
-  XXH3_128bits_reset(st);
-  for (uint64_t off = 0; off < size;) {
-    const size_t chunk = size_t(std::min<uint64_t>(size - off, 1ull << 30));
-    XXH3_128bits_update(st, blob + off, chunk);
-    off += chunk;
+namespace {
+
+// XXH3-128 over a byte stream fed in pieces (the blob in 1 GiB chunks, padding as zeros).
+class BlobHasher {
+ public:
+  BlobHasher() : st_(XXH3_createState()) {
+    if (st_) XXH3_128bits_reset(st_);
   }
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
-  XXH3_freeState(st);
-  out->algorithm = HashAlgorithm::XXH3_128;
-  out->digest.assign(c.digest, c.digest + sizeof(c.digest));
+  ~BlobHasher() { XXH3_freeState(st_); }
+  bool ok() const { return st_ != nullptr; }
+  void update(const uint8_t* p, uint64_t n) {
+    for (uint64_t off = 0; off < n;) {
+      const size_t chunk = size_t(std::min<uint64_t>(n - off, 1ull << 30));
+      XXH3_128bits_update(st_, p + off, chunk);
+      off += chunk;
+    }
+  }
+  void zeros(uint64_t n) {
+    static const uint8_t kZeros[65536] = {};
+    while (n > 0) {
+      const size_t c = size_t(std::min<uint64_t>(n, sizeof(kZeros)));
+      XXH3_128bits_update(st_, kZeros, c);
+      n -= c;
+    }
+  }
+  void finish(BlobHash* out) const {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st_));
+    out->algorithm = HashAlgorithm::XXH3_128;
+    out->digest.assign(c.digest, c.digest + sizeof(c.digest));
+  }
+
+ private:
+  XXH3_state_t* st_;
+};
+
+}  // namespace
+
+Status compute_blob_hash(const uint8_t* blob, uint64_t size, BlobHash* out) {
+  BlobHasher h;
+  if (!h.ok()) return make_error(StatusCode::kOutOfMemory, "cannot allocate the hash state");
+  h.update(blob, size);
+  h.finish(out);
   return Status::Ok();
 }
 
@@ -372,39 +401,19 @@ flatbuffers::Offset<fb::Model> build_model(flatbuffers::FlatBufferBuilder& b, co
 // zeros for a null data pointer), computed from the tensors before anything is written.
 Status hash_laid_out_blob(const ModelSpec& spec, const std::vector<const void*>& data, uint64_t blob_size,
                           BlobHash* out) {
-  static const uint8_t kZeros[65536] = {};
-  XXH3_state_t* st = XXH3_createState();
-  if (!st) return make_error(StatusCode::kOutOfMemory, "cannot allocate the hash state");
-  XXH3_128bits_reset(st);
-  auto zeros = [&](uint64_t n) {
-    while (n > 0) {
-      const size_t c = size_t(std::min<uint64_t>(n, sizeof(kZeros)));
-      XXH3_128bits_update(st, kZeros, c);
-      n -= c;
-    }
-  };
+  BlobHasher h;
+  if (!h.ok()) return make_error(StatusCode::kOutOfMemory, "cannot allocate the hash state");
   uint64_t pos = 0;
   for (size_t i = 0; i < spec.tensors.size(); ++i) {
     const TensorInfo& t = spec.tensors[i];
     PKV_ASSERT(t.offset >= pos);  // layout_tensors places tensors in order
-    zeros(t.offset - pos);
-    if (data[i]) {
-      for (uint64_t off = 0; off < t.size;) {
-        const size_t c = size_t(std::min<uint64_t>(t.size - off, 1ull << 30));
-        XXH3_128bits_update(st, static_cast<const uint8_t*>(data[i]) + off, c);
-        off += c;
-      }
-    } else {
-      zeros(t.size);
-    }
+    h.zeros(t.offset - pos);
+    if (data[i]) h.update(static_cast<const uint8_t*>(data[i]), t.size);
+    else h.zeros(t.size);
     pos = t.offset + t.size;
   }
-  zeros(blob_size - pos);
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
-  XXH3_freeState(st);
-  out->algorithm = HashAlgorithm::XXH3_128;
-  out->digest.assign(c.digest, c.digest + sizeof(c.digest));
+  h.zeros(blob_size - pos);
+  h.finish(out);
   return Status::Ok();
 }
 

@@ -8,17 +8,9 @@ import shlex
 import subprocess
 import sys
 
-passed = 0
-failed = 0
+from harness import check, summary  # noqa: E402 (tests/cli/harness.py, beside this script)
 
 
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 EMULATOR = []  # e.g. ['qemu-aarch64'] for a cross build
@@ -381,8 +373,7 @@ def main():
     else:
         print("skipped: run/bench checks on SmolLM2 (no --smollm2)")
 
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":

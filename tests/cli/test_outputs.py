@@ -14,18 +14,10 @@ import subprocess
 import sys
 import time
 
-passed = 0
-failed = 0
+from harness import check, summary  # noqa: E402 (tests/cli/harness.py, beside this script)
+
 EMULATOR = []
 
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 def cmd(args):
@@ -220,8 +212,7 @@ def main():
         replaced_under_a_running_process(a.smollm2, a.tmp)
     else:
         print("skipped: replacement under a running process (no --smollm2)")
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -18,17 +18,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import llama_ref  # noqa: E402
 import tokenizer_ref  # noqa: E402
 
-passed = 0
-failed = 0
+from harness import check, summary  # noqa: E402 (tests/cli/harness.py, beside this script)
 
 
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 def run(args):
@@ -133,8 +125,7 @@ def main():
         # move the NLL by a few 1e-3 (measured 0.2 %).
         case("smollm2", a.smollm2, text, 64, "smollm", a.tmp, [("reference", 1e-4), ("q8", 2e-2)], max_chunks=2)
 
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -22,16 +22,9 @@ import os
 import subprocess
 import sys
 
-passed = failed = 0
+from harness import check, summary  # noqa: E402 (tests/cli/harness.py, beside this script)
 
 
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 def main():
@@ -144,8 +137,7 @@ def main():
         for f in (gates, weak, strong, rep):
             if os.path.exists(f):
                 os.remove(f)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -171,6 +172,127 @@ TEST_CASE("C API: pkv_chat_tokenize keeps special-token text in messages as text
   CHECK(back == std::string(text, len));
   pkv_chat_message bad[1] = {{"user", nullptr}};
   CHECK(pkv_chat_tokenize(m, bad, 1, 1, 1, ids.data(), ids.size(), &n) == PKV_ERR_INVALID_ARGUMENT);
+  pkv_model_free(m);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("C API: phase alignment and the phase guard (SmolLM2), against plain contexts fed the same tokens") {
+  if (std::string(PHASEKV_TEST_MODEL_PATH).empty()) {
+    MESSAGE("skipped: no SmolLM2 GGUF");
+    return;
+  }
+  const std::string path = tmp_path("capi_guard.pkv");
+  REQUIRE(phasekv::convert_gguf_to_pkv(PHASEKV_TEST_MODEL_PATH, path, phasekv::ImportOptions{}).ok());
+  pkv_model_params mp = pkv_model_default_params();
+  mp.verify = 1;  // the converter's content hash checked at load
+  pkv_model* m = nullptr;
+  REQUIRE(pkv_model_load_with_params(path.c_str(), &mp, &m) == PKV_OK);
+  pkv_phase_profile prof;
+  std::memset(&prof, 0, sizeof prof);
+  prof.period = 8;
+  const double acc[8] = {0.8, 0.9, 0.7, 0.8, 0.6, 0.0, 0.7, 0.8};
+  std::copy(acc, acc + 8, prof.accuracy);
+  prof.weak[0] = 5;
+  prof.n_weak = 1;
+  prof.strongest = 1;
+  const char* tpl = "<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n";
+
+  // Alignment: "<|im_start|>user\n" is 3 tokens; residue 1 needs 6 more.
+  char buf[512];
+  size_t len = 0;
+  uint32_t inserted = 0;
+  CHECK(pkv_phase_align_template(m, tpl, &prof, buf, 8, &len, &inserted) == PKV_ERR_INVALID_ARGUMENT);  // too small
+  REQUIRE(pkv_phase_align_template(m, tpl, &prof, buf, sizeof buf, &len, &inserted) == PKV_OK);
+  CHECK(len == std::strlen(buf));
+  CHECK(inserted == 6);
+  size_t n = 0;
+  const std::string aligned(buf);
+  const std::string before_slot = aligned.substr(0, aligned.find("{{content}}"));
+  std::vector<int32_t> ids(64);
+  REQUIRE(pkv_tokenize(m, before_slot.c_str(), before_slot.size(), 1, 1, ids.data(), ids.size(), &n) == PKV_OK);
+  CHECK(n % 8 == 1);
+  prof.period = 1;
+  CHECK(pkv_phase_align_template(m, tpl, &prof, buf, sizeof buf, &len, nullptr) == PKV_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(pkv_last_error()).find("profile period = 1") != std::string::npos);
+  prof.period = 8;
+
+  // The guard, always on (threshold above 1), greedy: compared with two plain contexts.
+  pkv_context_params cp = pkv_context_default_params();
+  cp.n_ctx = 128;
+  cp.n_threads = 1;
+  pkv_phase_guard_params gp = pkv_phase_guard_default_params();
+  gp.threshold = 2.0;
+  gp.shift = 3;
+  pkv_phase_guard* g = nullptr;
+  REQUIRE(pkv_phase_guard_init(m, &cp, tpl, &prof, &gp, &g) == PKV_OK);
+  const char* text = " The locker code is 4417. Repeat the locker code.";
+  std::vector<int32_t> content(64);
+  REQUIRE(pkv_tokenize(m, text, std::strlen(text), 0, 0, content.data(), content.size(), &n) == PKV_OK);
+  content.resize(n);
+  int32_t was_guarded = 0;
+  REQUIRE(pkv_phase_guard_start(g, content.data(), content.size(), &was_guarded) == PKV_OK);
+  CHECK(was_guarded == 1);
+  std::vector<int32_t> prefix(16), suffix(16);
+  size_t np = 0, ns = 0;
+  REQUIRE(pkv_tokenize(m, "<|im_start|>user\n", 17, 1, 1, prefix.data(), prefix.size(), &np) == PKV_OK);
+  REQUIRE(pkv_tokenize(m, "<|im_end|>\n<|im_start|>assistant\n", 33, 1, 0, suffix.data(), suffix.size(), &ns) ==
+          PKV_OK);
+  std::vector<int32_t> a(prefix.begin(), prefix.begin() + long(np)), b = a;
+  std::vector<int32_t> pad(4);
+  REQUIRE(pkv_tokenize(m, " -", 2, 0, 0, pad.data(), pad.size(), &n) == PKV_OK);
+  REQUIRE(n == 1);
+  b.insert(b.end(), 3, pad[0]);
+  for (std::vector<int32_t>* v : {&a, &b}) {
+    v->insert(v->end(), content.begin(), content.end());
+    v->insert(v->end(), suffix.begin(), suffix.begin() + long(ns));
+  }
+  pkv_context *ca = nullptr, *cb = nullptr;
+  REQUIRE(pkv_context_init(m, &cp, &ca) == PKV_OK);
+  REQUIRE(pkv_context_init(m, &cp, &cb) == PKV_OK);
+  REQUIRE(pkv_prefill(ca, a.data(), a.size()) == PKV_OK);
+  REQUIRE(pkv_prefill(cb, b.data(), b.size()) == PKV_OK);
+  pkv_sampler_params sp = pkv_sampler_default_params();
+  sp.temperature = 0;
+  pkv_sampler* s = nullptr;
+  REQUIRE(pkv_sampler_init(m, &sp, &s) == PKV_OK);
+  const int V = pkv_model_n_vocab(m);
+  auto top = [V](const float* l) {
+    float mx = l[0];
+    for (int i = 1; i < V; ++i) mx = std::max(mx, l[i]);
+    double z = 0;
+    for (int i = 0; i < V; ++i) z += std::exp(double(l[i]) - mx);
+    return -std::log(z);  // the top token's log-probability
+  };
+  for (int step = 0; step < 8; ++step) {
+    const float* want = top(pkv_logits(cb)) > top(pkv_logits(ca)) ? pkv_logits(cb) : pkv_logits(ca);
+    const float* got = pkv_phase_guard_logits(g);
+    REQUIRE(got != nullptr);
+    CHECK(std::equal(want, want + V, got));
+    int32_t t = -1;
+    REQUIRE(pkv_sampler_sample_logits(s, got, &t) == PKV_OK);
+    REQUIRE(pkv_phase_guard_accept(g, t) == PKV_OK);
+    REQUIRE(pkv_decode(ca, t) == PKV_OK);
+    REQUIRE(pkv_decode(cb, t) == PKV_OK);
+  }
+  pkv_phase_guard_stats st;
+  REQUIRE(pkv_phase_guard_stats_get(g, &st) == PKV_OK);
+  CHECK(st.guarded == 1);
+  CHECK(st.shift == 3);
+  CHECK(st.steps == 8);
+  CHECK(st.prefill_b == int64_t(3 + content.size() + ns));
+  CHECK(pkv_phase_guard_room(g) == cp.n_ctx - uint32_t(b.size()) - 8);
+  // Errors: a bad profile at init, a request that does not fit (the guard stays usable).
+  pkv_phase_guard* bad = nullptr;
+  prof.weak[0] = 9;
+  CHECK(pkv_phase_guard_init(m, &cp, tpl, &prof, &gp, &bad) == PKV_ERR_INVALID_ARGUMENT);
+  CHECK(bad == nullptr);
+  std::vector<int32_t> lots(200, content[0]);
+  CHECK(pkv_phase_guard_start(g, lots.data(), lots.size(), nullptr) == PKV_ERR_INVALID_ARGUMENT);
+  CHECK(pkv_phase_guard_start(g, content.data(), content.size(), nullptr) == PKV_OK);
+  pkv_sampler_free(s);
+  pkv_context_free(ca);
+  pkv_context_free(cb);
+  pkv_phase_guard_free(g);
   pkv_model_free(m);
   std::remove(path.c_str());
 }
