@@ -779,6 +779,38 @@ std::string template_section(const json& r, long long period) {
   return o + "</section>";
 }
 
+// The phase guard scored on the probes (selftest --guard): both sides per residue.
+std::string guard_section(const json& r) {
+  const json* g = member(&r, "guard");
+  if (g == nullptr) return "";
+  std::string o = "<section><h2>Phase guard</h2>";
+  long long shift = 0;
+  integer(member(g, "shift"), &shift);
+  if (shift == 0) return o + "<p>Inactive: stage 1 found no weak residue to move.</p></section>";
+  o += "<p>Outer probes, branch B shifted by " + count(member(g, "shift")) + " tokens" +
+       (boolean(member(g, "auto")) ? " (chosen on stage 1, scored on stage 2)" : "") + ", " +
+       count(member(g, "clusters")) + " samples; each lookup answered by the more confident branch.</p>";
+  const json* un = member(g, "unguarded");
+  const json* gu = member(g, "guarded");
+  const json* ua = member(un, "accuracy");
+  const json* ga = member(gu, "accuracy");
+  if (length(ua) > 0 && length(ua) == length(ga)) {
+    o += "<table class=\"narrow\"><thead><tr><th>Residue</th><th>Without the guard</th><th>With the guard</th>"
+         "</tr></thead><tbody>";
+    for (size_t i = 0; i < length(ua); ++i)
+      o += "<tr><td>" + std::to_string(i) + "</td><td>" + fixed(element(ua, i), 3) + "</td><td>" +
+           fixed(element(ga, i), 3) + "</td></tr>";
+    o += "</tbody></table>";
+  }
+  const json* wci = member(g, "worst_gain_ci");
+  const json* mci = member(g, "mean_gain_ci");
+  o += "<div class=\"note\">Paired gain at the worst residue " + count(member(g, "worst_residue")) + ": <b>" +
+       fixed(member(g, "worst_gain"), 3) + "</b> [" + fixed(element(wci, 0), 3) + ", " + fixed(element(wci, 1), 3) +
+       "]; over all residues " + fixed(member(g, "mean_gain"), 3) + " [" + fixed(element(mci, 0), 3) + ", " +
+       fixed(element(mci, 1), 3) + "] (cluster bootstrap, 95 %).</div>";
+  return o + "</section>";
+}
+
 std::string timings_section(const json& r) {
   const json* t = member(&r, "timings");
   if (t == nullptr) return "";
@@ -839,6 +871,7 @@ std::string render_selftest_html(const json& report) {
   }
   o += template_section(report, period);
   o += "\n";
+  o += guard_section(report);
   o += timings_section(report);
   o += "\n<footer>Report format <code>" + esc(text(member(&report, "schema"))) + "</code> &#183; written by phasekv " +
        esc(text(member(&report, "phasekv_version"))) +
