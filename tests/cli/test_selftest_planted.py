@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from harness import check, summary  # noqa: E402 (tests/cli/harness.py, beside this script)
 
@@ -46,7 +47,9 @@ def main():
     rep = os.path.join(a.tmp, "planted_%s.json" % tag)
 
     def phasekv(args):
+        t = time.monotonic()
         p = subprocess.run([a.phasekv] + args, capture_output=True, text=True)
+        print("[%.1f s] phasekv %s" % (time.monotonic() - t, " ".join(x for x in args if not x.startswith("/"))))
         return p.returncode, p.stdout, p.stderr
 
     def selftest(model, extra, want_rc=0):

@@ -34,6 +34,24 @@ inline const Model* smollm2() {
   return model.get();
 }
 
+// tiny_qwen3_vocab.gguf (3 random qwen3 layers carrying SmolLM2's vocabulary and specials,
+// written by make_gguf_fixtures.py when SmolLM2 is configured), full KV, converted once per
+// process: for tests of machinery that needs the real tokenizer but not a trained model
+// (nullptr when the fixture is missing).
+inline const Model* tiny_vocab_model() {
+  static std::unique_ptr<Model> model;
+  if (model) return model.get();
+  const std::string gguf = data_dir() + "/tiny_qwen3_vocab.gguf";
+  if (!std::ifstream(gguf).good()) return nullptr;
+  const std::string out = tmp_path("tiny_qwen3_vocab_full.pkv");
+  Status s = convert_gguf_to_pkv(gguf, out, ImportOptions{});
+  PKV_ASSERT(s.ok());
+  s = Model::load(out, &model);
+  PKV_ASSERT(s.ok());
+  std::remove(out.c_str());
+  return model.get();
+}
+
 inline std::unique_ptr<Context> make_context(const Model& m, uint32_t n_ctx, uint32_t n_batch, int threads,
                                              const char* kernels = nullptr) {
   ContextParams p;

@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
                   {"all:compressed:W=8,S=4,L=64,gate=uniform"},
                   {"0-9:full", "10-19:sliding:L=100", "20-29:compressed:W=8,S=8,L=16,rope=entry,gate=planted:K=2,V=5"},
               },
-              1024, 256, &failures, &checks);
+              512, 128, &failures, &checks);  // two prefill batches; sliding L=256 wraps
   check_guard(argv[1], pkv, &failures, &checks);
   for (int i = 3; i < argc; ++i)
     check_model(argv[i], pkv,
