@@ -19,36 +19,31 @@ namespace test {
 
 inline bool have_smollm2() { return std::string(PHASEKV_TEST_MODEL_PATH).size() > 0; }
 
-// SmolLM2 with full KV, converted to .pkv in the scratch folder and loaded (nullptr + a
-// MESSAGE when no model is configured).
-inline const Model* smollm2() {
-  static std::unique_ptr<Model> model;
-  if (model) return model.get();
-  if (!have_smollm2()) return nullptr;
-  const std::string out = tmp_path("smollm2_full.pkv");
-  Status s = convert_gguf_to_pkv(PHASEKV_TEST_MODEL_PATH, out, ImportOptions{});
-  PKV_ASSERT(s.ok());
-  s = Model::load(out, &model);
-  PKV_ASSERT(s.ok());
-  std::remove(out.c_str());  // the mapping stays valid
-  return model.get();
-}
-
-// tiny_qwen3_vocab.gguf (3 random qwen3 layers carrying SmolLM2's vocabulary and specials,
-// written by make_gguf_fixtures.py when SmolLM2 is configured), full KV, converted once per
-// process: for tests of machinery that needs the real tokenizer but not a trained model
-// (nullptr when the fixture is missing).
-inline const Model* tiny_vocab_model() {
-  static std::unique_ptr<Model> model;
-  if (model) return model.get();
-  const std::string gguf = data_dir() + "/tiny_qwen3_vocab.gguf";
-  if (!std::ifstream(gguf).good()) return nullptr;
-  const std::string out = tmp_path("tiny_qwen3_vocab_full.pkv");
+// GGUF -> .pkv (full KV) in the scratch folder, loaded; the mapping outlives the file.
+inline std::unique_ptr<Model> convert_and_load(const std::string& gguf, const std::string& name) {
+  const std::string out = tmp_path(name);
   Status s = convert_gguf_to_pkv(gguf, out, ImportOptions{});
   PKV_ASSERT(s.ok());
+  std::unique_ptr<Model> model;
   s = Model::load(out, &model);
   PKV_ASSERT(s.ok());
   std::remove(out.c_str());
+  return model;
+}
+
+// SmolLM2 with full KV, converted once per test process (nullptr when no model is configured).
+inline const Model* smollm2() {
+  static std::unique_ptr<Model> model;
+  if (!model && have_smollm2()) model = convert_and_load(PHASEKV_TEST_MODEL_PATH, "smollm2_full.pkv");
+  return model.get();
+}
+
+// tiny_vocab_gguf() with full KV, converted once per process: for tests of machinery that needs
+// the real tokenizer but not a trained model (nullptr when the fixture is missing).
+inline const Model* tiny_vocab_model() {
+  static std::unique_ptr<Model> model;
+  if (!model && std::ifstream(tiny_vocab_gguf()).good())
+    model = convert_and_load(tiny_vocab_gguf(), "tiny_qwen3_vocab_full.pkv");
   return model.get();
 }
 

@@ -179,7 +179,7 @@ TEST_CASE("C API: pkv_chat_tokenize keeps special-token text in messages as text
 
 TEST_CASE("C API: phase alignment and the phase guard (SmolLM2's tokenizer), against plain contexts fed the same tokens") {
   // 3 random qwen3 layers carrying SmolLM2's vocabulary: the guard's bookkeeping, not answers.
-  const std::string gguf = data_dir() + "/tiny_qwen3_vocab.gguf";
+  const std::string gguf = tiny_vocab_gguf();
   if (!std::ifstream(gguf).good()) {
     MESSAGE("skipped: no tiny_qwen3_vocab.gguf (needs the SmolLM2 GGUF configured)");
     return;

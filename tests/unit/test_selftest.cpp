@@ -275,7 +275,7 @@ TEST_CASE("selftest: the C API entry point runs the same self-test as the C++ on
   // Under AddressSanitizer the run is on tiny_qwen3_vocab.gguf (3 random layers with SmolLM2's
   // vocabulary): SmolLM2's instrumented matmul tiles ran ~40x slower, 450 s of CI for the C API
   // run alone. The wrapper's memory use, which the sanitizer is there to check, is the same.
-  const std::string gguf = kInstrumented ? data_dir() + "/tiny_qwen3_vocab.gguf" : std::string(PHASEKV_TEST_MODEL_PATH);
+  const std::string gguf = kInstrumented ? tiny_vocab_gguf() : std::string(PHASEKV_TEST_MODEL_PATH);
   if (kInstrumented && !std::ifstream(gguf).good()) {
     MESSAGE("skipped: no tiny_qwen3_vocab.gguf");
     return;
@@ -403,7 +403,7 @@ TEST_CASE("selftest: a qwen3 model with a compressed retrofit (real vocabulary):
   // tiny_qwen3_vocab.gguf: 3 random qwen3 layers (per-head q/k norms, NeoX RoPE) carrying
   // SmolLM2's vocabulary, written by make_gguf_fixtures.py when SmolLM2 is configured. A random
   // model retrieves nothing, so this checks the machinery on the architecture, not accuracy.
-  const std::string gguf = data_dir() + "/tiny_qwen3_vocab.gguf";
+  const std::string gguf = tiny_vocab_gguf();
   if (!std::ifstream(gguf).good()) {
     MESSAGE("skipped: no tiny_qwen3_vocab.gguf (needs the SmolLM2 GGUF configured)");
     return;

@@ -18,6 +18,10 @@ namespace test {
 
 inline std::string data_dir() { return PHASEKV_TEST_DATA_DIR; }
 
+// tiny_qwen3_vocab.gguf: 3 random qwen3 layers carrying SmolLM2's vocabulary and specials,
+// written by make_gguf_fixtures.py when SmolLM2 is configured (absent otherwise).
+inline std::string tiny_vocab_gguf() { return data_dir() + "/tiny_qwen3_vocab.gguf"; }
+
 // A path in the build's scratch folder, unique to this process.
 inline std::string tmp_path(const std::string& name) {
   return std::string(PHASEKV_TEST_TMP_DIR) + "/" + std::to_string(getpid()) + "_" + name;
