@@ -1,7 +1,6 @@
 #include "context.h"
 #include "host_memory.h"
 
-#include <mimalloc.h>
 
 #include <algorithm>
 #include <cmath>

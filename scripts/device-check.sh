@@ -81,7 +81,7 @@ build() {
       echo "$CXX $CXXFLAGS -I/usr/local/cuda/include -c $t -o $B/$(basename "$t" .cpp).o"
     done
   } | xargs -P "$JOBS" -I{} sh -c '{}' || return 1
-  local libs="-L/usr/local/cuda/lib64 -lcudart -L$KIT/lib -lpcre2-8 -l:libmimalloc.so.2 -Wl,-rpath,$(cd "$KIT/lib" && pwd) -ldl -lpthread"
+  local libs="-L/usr/local/cuda/lib64 -lcudart -L$KIT/lib -lpcre2-8 -Wl,-rpath,$(cd "$KIT/lib" && pwd) -ldl -lpthread"
   # shellcheck disable=SC2086
   "$CXX" -o "$B/phasekv_backend_ops" "$B/test_backend_ops.o" "$B"/obj/*.o $libs &&
   "$CXX" -o "$B/phasekv_cuda_e2e" "$B/test_cuda_e2e.o" "$B"/obj/*.o $libs &&

@@ -13,7 +13,6 @@ set -euo pipefail
 PKGS=(
   cmake g++ make ninja-build pkg-config unzip
   libflatbuffers-dev flatbuffers-compiler   # model-file metadata (schema compiled by flatc at build time)
-  libmimalloc-dev                           # host arenas
   libpcre2-dev                              # Unicode classes of the tokenizer's pre-tokenizer regex
   libxxhash-dev                             # XXH3-128 content hash of model files (header only)
   doctest-dev                               # unit tests
@@ -42,7 +41,7 @@ if [ "$WANT_CROSS" = 1 ]; then
   # Cross build for Jetson (aarch64): compiler, emulator, and the :arm64 builds of the libraries
   # the runtime and tools link (header-only packages serve both architectures).
   PKGS+=(g++-aarch64-linux-gnu qemu-user file
-         libc6:arm64 libstdc++6:arm64 libflatbuffers-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64 libssl-dev:arm64)
+         libc6:arm64 libstdc++6:arm64 libflatbuffers-dev:arm64 libpcre2-dev:arm64 libssl-dev:arm64)
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     $SUDO dpkg --add-architecture arm64
   fi

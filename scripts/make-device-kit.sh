@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepares what scripts/device-check.sh needs on a GPU machine that has CUDA, a compiler and
 # nothing else (no package registry): writes .device-kit/ (git-ignored; carry it to the machine):
-#   include/      FlatBuffers, mimalloc, PCRE2, xxHash and nlohmann-json headers (Debian's)
-#   lib/          libpcre2-8.a, libmimalloc.so.2 (x86-64, Debian 12: glibc 2.36, runs on newer)
+#   include/      FlatBuffers, PCRE2, xxHash and nlohmann-json headers (Debian's)
+#   lib/          libpcre2-8.a
 #   generated/    phasekv_generated.h (flatc output for model_format/phasekv.fbs)
 #   models/       SmolLM2-135M-Instruct Q4_1 cut to its first 4 blocks (real weights and
 #                 tokenizer, 39 MiB; the full 94 MiB file does not fit the 64 MiB that travels)
@@ -21,10 +21,9 @@ MODEL=$(scripts/fetch-model.sh)
 rm -rf "$KIT"
 mkdir -p "$KIT/include" "$KIT/lib" "$KIT/generated" "$KIT/models"
 cp -r /usr/include/flatbuffers /usr/include/nlohmann "$KIT/include/"
-cp /usr/include/mimalloc.h /usr/include/pcre2.h /usr/include/xxhash.h "$KIT/include/"
+cp /usr/include/pcre2.h /usr/include/xxhash.h "$KIT/include/"
 MULTI=$(gcc -print-multiarch)
 cp "/usr/lib/$MULTI/libpcre2-8.a" "$KIT/lib/"
-cp -L "/usr/lib/$MULTI/libmimalloc.so.2" "$KIT/lib/"
 cp "$B/generated/phasekv_generated.h" "$KIT/generated/"
 
 G="$KIT/models/smollm2-4l.gguf"

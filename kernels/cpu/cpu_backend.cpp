@@ -1,9 +1,8 @@
 #include "cpu_backend.h"
 
-#include <mimalloc.h>
-
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace phasekv {
@@ -43,13 +42,16 @@ Status CpuBackend::map_weights(const HostRegion* regions, int n_regions, std::sh
 Status CpuBackend::allocate(MemorySpace space, size_t bytes, void** out) {
   if (space == MemorySpace::Device)
     return make_error(StatusCode::kInternal, "cpu backend: no device memory (asked for %zu bytes)", bytes);
-  *out = mi_malloc_aligned(bytes, 256);
+  // posix_memalign, not mimalloc: libphasekv.so must not bring an allocator that overrides
+  // malloc/new into a process that dlopens it (README, "Dependencies").
+  *out = nullptr;
+  if (posix_memalign(out, 256, bytes ? bytes : 1) != 0) *out = nullptr;
   if (!*out) return make_error(StatusCode::kOutOfMemory, "cannot allocate %zu bytes of host memory", bytes);
   return Status::Ok();
 }
 
 void CpuBackend::release(MemorySpace, void* p) {
-  if (p) mi_free(p);
+  std::free(p);
 }
 
 Status CpuBackend::zero(MemorySpace, void* p, size_t bytes) {

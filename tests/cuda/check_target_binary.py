@@ -9,9 +9,9 @@ What a JetPack 7 system has, and where it comes from:
   libpcre2-8.so.0                    Ubuntu 24.04 base (libpcre2-8-0, required by grep)
   libcrypto.so.3                     Ubuntu 24.04 base (libssl3t64; tools only: SHA-256)
   libcudart.so.13 libcublasLt.so.13  JetPack 7's CUDA 13 (cuda-cudart-13-0, libcublas-13-0)
-  libmimalloc.so.2                   Ubuntu 24.04's libmimalloc2.0 (universe): the one
-                                     package a JetPack image does not carry by default
-                                     (`apt install libmimalloc2.0`); --strict refuses it
+  libmimalloc.so.2                   Ubuntu 24.04's libmimalloc2.0 (universe), not in a JetPack
+                                     image by default; accepted without --strict. PhaseKV's
+                                     binaries no longer need it (CI checks them with --strict)
 
 Usage: check_target_binary.py --readelf READELF [--require L1,L2] [--strict] FILE ...
 """

@@ -1,9 +1,7 @@
 // Proof that prefill and decode allocate nothing: this executable interposes malloc, calloc,
-// realloc, the aligned variants, operator new/delete and mimalloc's entry points, and counts
+// realloc, the aligned variants (posix_memalign: the context arena) and operator new/delete, and counts
 // every call made while armed. (Its own process: the interposition covers everything in it.)
-#include <dlfcn.h>
 #include <malloc.h>
-#include <mimalloc.h>
 
 #include <atomic>
 #include <cstdio>
@@ -31,10 +29,6 @@ std::atomic<long> g_calls{0};
 inline void note() {
   if (g_armed.load(std::memory_order_relaxed)) g_calls.fetch_add(1, std::memory_order_relaxed);
 }
-template <class F>
-F next_symbol(const char* name) {
-  return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
-}
 }  // namespace
 
 extern "C" {
@@ -48,29 +42,6 @@ int posix_memalign(void** out, size_t al, size_t n) {
   note();
   *out = __libc_memalign(al, n);
   return *out ? 0 : 12;
-}
-// mimalloc's own API (the context arena is taken with mi_malloc_aligned).
-void* mi_malloc(size_t n) { note(); static auto f = next_symbol<void* (*)(size_t)>("mi_malloc"); return f(n); }
-void* mi_zalloc(size_t n) { note(); static auto f = next_symbol<void* (*)(size_t)>("mi_zalloc"); return f(n); }
-void* mi_calloc(size_t a, size_t b) {
-  note();
-  static auto f = next_symbol<void* (*)(size_t, size_t)>("mi_calloc");
-  return f(a, b);
-}
-void* mi_realloc(void* p, size_t n) {
-  note();
-  static auto f = next_symbol<void* (*)(void*, size_t)>("mi_realloc");
-  return f(p, n);
-}
-void* mi_malloc_aligned(size_t n, size_t al) {
-  note();
-  static auto f = next_symbol<void* (*)(size_t, size_t)>("mi_malloc_aligned");
-  return f(n, al);
-}
-void mi_free(void* p) {
-  note();
-  static auto f = next_symbol<void (*)(void*)>("mi_free");
-  f(p);
 }
 }  // extern "C"
 
