@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what PhaseKV needs to build and test on Debian 12, skipping what is already present.
 # Idempotent; run as root (or with sudo available).
-# Usage: scripts/install-deps.sh [--python] [--cross] [--cross-cuda] [--fuzz]
+# Usage: scripts/install-deps.sh [--python] [--train] [--cross] [--cross-cuda] [--fuzz]
 #   --python  also create the Python test venv (gguf, numpy) under $PHASEKV_CACHE/venv
+#   --train   --python, plus JAX and optax in that venv (tools/train: the compression-trained models)
 #   --cross   also the aarch64 cross compiler, arm64 multiarch libraries and qemu-aarch64
 #             (the jetson-cross preset)
 #   --cross-cuda  --cross, plus an aarch64 (SBSA) CUDA 13 target tree for the jetson-cross-cuda
@@ -27,10 +28,11 @@ WANT_CROSS=0
 for arg in "$@"; do
   case "$arg" in
     --python) WANT_PYTHON=1 ;;
+    --train) WANT_PYTHON=1; WANT_TRAIN=1 ;;
     --cross) WANT_CROSS=1 ;;
     --cross-cuda) WANT_CROSS=1; WANT_CROSS_CUDA=1 ;;
     --fuzz) WANT_FUZZ=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -80,6 +82,12 @@ if [ "$WANT_PYTHON" = 1 ]; then
       "jsonschema==4.26.0"
   else
     echo "[install-deps] Python venv present: $VENV"
+  fi
+  # JAX on the CPU (jaxlib ~85 MB): the trainer of tools/train. Not torch: PyPI's torch wheel
+  # pulls several GB of CUDA libraries.
+  if [ "${WANT_TRAIN:-0}" = 1 ] && ! "$VENV/bin/python" -c 'import jax, optax' 2>/dev/null; then
+    echo "[install-deps] installing jax and optax into $VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "jax==0.10.2" "jaxlib==0.10.2" "optax==0.2.8"
   fi
 fi
 

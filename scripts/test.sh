@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
 
 t0=$(date +%s)
-DEPS=(--python --cross --fuzz)
+DEPS=(--python --train --cross --fuzz)
 if command -v nvcc >/dev/null 2>&1 && [ "${PHASEKV_SKIP_CROSS:-0}" != 1 ]; then DEPS+=(--cross-cuda); fi
 scripts/install-deps.sh "${DEPS[@]}"
 MODEL=$(scripts/fetch-model.sh)

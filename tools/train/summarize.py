@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""One table for a trained grid (tools/train/train.sh): per model the trainer's figures
+(evaluation loss, its own lookup accuracy), the export check, and the self-test's per-protocol
+mean accuracy, worst residue with its 95 % interval, gap, detected period and flagged residues.
+Writes OUT/summary.json and prints a Markdown table.
+
+Usage: summarize.py OUT [--grid NAME] [--check]
+--check: exit 1 unless every export matched (rel L2 <= its tolerance, same greedy tokens), no
+full-attention model has a flagged residue, and a compressed model's flags, if any, repeat with
+its stride S (the flagged set mod P is closed under +S, or the period scan found S).
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def describe(cfg):
+    s = cfg["layers"][0]
+    if s["kind"] == "full":
+        return "full", None
+    return f"W{s['W']}/S{s['S']} L{s['L']} {s.get('gate', 'uniform')}", s["S"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("--grid", default="")
+    ap.add_argument("--check", action="store_true")
+    a = ap.parse_args()
+    rows, problems = [], []
+    for name in sorted(os.listdir(a.out)):
+        d = os.path.join(a.out, name)
+        tr = load(os.path.join(d, "train.json"))
+        if not tr:
+            continue
+        ck = load(os.path.join(d, "check.json")) or {}
+        st = load(os.path.join(d, "selftest.json"))
+        kind, S = describe(tr["config"])
+        row = {"model": name, "memory": kind, "steps": tr["steps"], "train_s": tr["train_s"],
+               "eval_loss": round(tr["eval_loss"], 4), "trainer_lookup_acc": tr["lookup_acc_mean"],
+               "export_rel_l2": ck.get("rel_l2"), "export_ok": ck.get("ok", False), "protocols": {}}
+        if not row["export_ok"]:
+            problems.append(f"{name}: the export does not match the trainer ({ck or 'no check.json'})")
+        if st is None:
+            problems.append(f"{name}: no self-test report")
+        else:
+            P = st["period"]
+            for proto, pr in st["protocols"].items():
+                sm = pr["summary"]
+                worst = pr["residues"][sm["argmin"]]
+                scan = pr.get("period_scan") or {}
+                flagged = sorted(pr.get("flagged") or [])
+                row["protocols"][proto] = {
+                    "mean": sm["mean_accuracy"], "min": sm["min_accuracy"], "argmin": sm["argmin"],
+                    "min_ci": worst["ci"], "gap": sm["gap"], "gap_null": sm.get("gap_null"),
+                    "period": scan.get("period") if scan.get("detected") else None, "flagged": flagged,
+                    "acc": [r["accuracy"] for r in pr["residues"]]}
+                if S is None and flagged:
+                    problems.append(f"{name} ({proto}): a full-attention model has flagged residues {flagged}")
+                if S is not None and flagged:
+                    closed = all(((r + S) % P) in flagged for r in flagged)
+                    if not closed and scan.get("period") != S:
+                        problems.append(f"{name} ({proto}): flagged residues {flagged} mod {P} do not repeat "
+                                        f"with S = {S} (period scan: {scan.get('period')})")
+        rows.append(row)
+    summary = {"grid": a.grid, "models": rows, "problems": problems}
+    with open(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+
+    def pct(x):
+        return "" if x is None else f"{100 * x:.1f}"
+
+    print(f"| model | memory | eval loss | trainer lookup acc | export rel L2 | protocol | mean Ā | A_min [95 % CI] (r) "
+          f"| Δ (null) | period | flagged |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        for proto, p in r["protocols"].items() or [("-", None)]:
+            if p is None:
+                continue
+            print(f"| {r['model']} | {r['memory']} | {r['eval_loss']:.3f} | {pct(r['trainer_lookup_acc'])} | "
+                  f"{r['export_rel_l2']:.1e} | {proto} | {pct(p['mean'])} | {pct(p['min'])} "
+                  f"[{pct(p['min_ci'][0])}, {pct(p['min_ci'][1])}] ({p['argmin']}) | {pct(p['gap'])} "
+                  f"({pct(p['gap_null'])}) | {p['period'] or '-'} | {p['flagged'] or '-'} |")
+    for p in problems:
+        print("problem:", p)
+    if a.check and problems:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Train a grid of small decoders with and without chunked compressed attention, export each to
+# PhaseKV, check that PhaseKV computes what the trainer computed, run the phase self-test on
+# each, and print one table (docs/VALIDATION.md, "Trained compression").
+#
+# Usage: tools/train/train.sh GRID [--retrain] [--check]
+#   GRID      micro  full attention and W4/S4 at the micro size (CI: ~2-3 min on 2 cores)
+#             small  full attention (seeds 1, 2), W8/S8, W8/S4, W4/S4 with learned scalar gates,
+#                    W8/S8 with uniform gates: same size, data and steps
+#   --retrain train again even when the cache holds a model of the same configuration
+#   --check   exit 1 unless: every export matches the trainer's forward (rel L2 <= 1e-4, same
+#             greedy tokens), no full-attention model is flagged, and a compressed model's
+#             flags, if any, repeat with its stride S
+# Environment:
+#   PHASEKV_CACHE   cache directory (default ~/.cache/phasekv); models go to $PHASEKV_CACHE/train/GRID
+#   PHASEKV_BUILD   build directory with tools/phasekv and libphasekv.so (default build/host-cuda);
+#                   PHASEKV_TOOL / PHASEKV_LIB name the two files directly
+#   TRAIN_OUT       output directory instead of $PHASEKV_CACHE/train/GRID
+#   TRAIN_SAMPLES   self-test samples per stage and protocol (default 24 micro, 48 small)
+# Needs the Python venv of scripts/install-deps.sh --python --train (numpy, gguf, jax, optax).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+GRID=""
+RETRAIN=0
+CHECK=0
+for a in "$@"; do
+  case "$a" in
+    -h|--help) usage; exit 0 ;;
+    --retrain) RETRAIN=1 ;;
+    --check) CHECK=1 ;;
+    micro|small) GRID=$a ;;
+    *) echo "train.sh: unknown argument '$a' (GRID is micro or small; see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$GRID" ] || { echo "train.sh: GRID (micro or small) is required; see --help" >&2; exit 2; }
+
+CACHE=${PHASEKV_CACHE:-$HOME/.cache/phasekv}
+PY=${PHASEKV_PYTHON:-$CACHE/venv/bin/python}
+BUILD=${PHASEKV_BUILD:-$ROOT/build/host-cuda}
+PKV=${PHASEKV_TOOL:-$BUILD/tools/phasekv}
+LIB=${PHASEKV_LIB:-$BUILD/libphasekv.so}
+OUT=${TRAIN_OUT:-$CACHE/train/$GRID}
+for f in "$PKV" "$LIB"; do
+  [ -e "$f" ] || { echo "train.sh: $f is missing: build first (cmake --preset host-cuda && cmake --build build/host-cuda)" >&2; exit 2; }
+done
+"$PY" -c 'import jax, optax, gguf' 2>/dev/null ||
+  { echo "train.sh: $PY lacks jax/optax/gguf: run scripts/install-deps.sh --python --train" >&2; exit 2; }
+
+case "$GRID" in
+  micro) MODELS="full:1 w4s4:1"; SAMPLES=${TRAIN_SAMPLES:-24}; PERIOD=8 ;;
+  small) MODELS="full:1 full:2 w8s8:1 w8s4:1 w4s4:1 w8s8-uniform:1"; SAMPLES=${TRAIN_SAMPLES:-48}; PERIOD=8 ;;
+esac
+mkdir -p "$OUT"
+start=$(date +%s)
+for m in $MODELS; do
+  name=${m%%:*}
+  seed=${m##*:}
+  d="$OUT/$name-s$seed"
+  echo "== $name (seed $seed) -> $d"
+  if [ "$RETRAIN" = 1 ] || [ ! -f "$d/train.json" ]; then
+    "$PY" tools/train/train.py --model "$name" --size "$GRID" --seed "$seed" --out "$d"
+  else
+    echo "   cached (train.json present; --retrain to train again)"
+  fi
+  kv=()
+  while read -r spec; do [ -n "$spec" ] && kv+=(--kv "$spec"); done < "$d/kv.txt"
+  gates=()
+  [ -f "$d/gates.safetensors" ] && gates=(--gates "$d/gates.safetensors")
+  "$PKV" convert --from gguf "$d/model.gguf" "$d/model.pkv" "${kv[@]}" "${gates[@]}" --force >/dev/null
+  "$PY" tools/train/check_export.py --lib "$LIB" --pkv "$d/model.pkv" --dir "$d" > "$d/check.json" || true
+  cat "$d/check.json"
+  T=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["ctx"] // 2)' "$d/train.json")
+  # Every model is scored mod the same period (the lcm of the grid's strides), so a full-attention
+  # control is read on the same residues and a stride-4 model's pattern can show period 4 in it.
+  "$PKV" selftest -m "$d/model.pkv" -c "$T" --records $((T / 8)) --samples "$SAMPLES" --period "$PERIOD" \
+    -t "$(nproc)" -q --json "$d/selftest.json" > "$d/selftest.txt" 2>&1 || true
+  tail -n 3 "$d/selftest.txt" | sed 's/^/   /'
+done
+echo "== grid $GRID: $(( $(date +%s) - start )) s"
+args=("$OUT" --grid "$GRID")
+[ "$CHECK" = 1 ] && args+=(--check)
+"$PY" tools/train/summarize.py "${args[@]}"
