@@ -180,6 +180,15 @@ Status Context::bind_weights() {
   return Status::Ok();
 }
 
+Status Context::set_compress_observer(CompressObserver observer, void* user) {
+  if (observer && std::strcmp(backend_->name(), "cpu") != 0)
+    return make_error(StatusCode::kUnsupported, "the compressor observer needs the CPU backend (this context runs on %s)",
+                      backend_->name());
+  compress_observer_ = observer;
+  compress_observer_user_ = user;
+  return Status::Ok();
+}
+
 Status Context::plan_and_allocate() {
   const ModelConfig& c = model_.config();
   const MemoryPlan& p = plan_;
@@ -418,6 +427,7 @@ void Context::eval_chunk(const int32_t* tokens, int n) {
       ca.interleaved = interleaved;
       ca.pos_scale = pos_scale;
       be.compress(ca);  // entries first: a query sees those its own chunk completed
+      if (compress_observer_) compress_observer_(compress_observer_user_, uint32_t(l), ca);
     }
 
     AttentionArgs a;

@@ -58,6 +58,12 @@ class Context {
   // logits live (nothing vocabulary-sized crosses the bus).
   Status score(int32_t gold, ScoreResult* out);
   uint32_t n_past() const { return n_past_; }
+  // Analysis hook (`phasekv inspect --gates`): when set, called after the compressor of every
+  // compressed layer ran on a prefill chunk, with that layer's arguments (the chunk's gate
+  // logits and the biases, host pointers on the CPU backend; refused on a GPU backend).
+  // Off (nullptr) by default; a function pointer, so setting it allocates nothing.
+  using CompressObserver = void (*)(void* user, uint32_t layer, const CompressArgs& args);
+  Status set_compress_observer(CompressObserver observer, void* user);
   uint32_t n_ctx() const { return params_.n_ctx; }
   void reset();
   const Model& model() const { return model_; }
@@ -127,6 +133,8 @@ class Context {
   float* gate_ = nullptr;     // [n_batch, ffn_dim]
   float* up_ = nullptr;       // [n_batch, ffn_dim]
   float* logits_ = nullptr;   // [vocab_size] backend memory
+  CompressObserver compress_observer_ = nullptr;
+  void* compress_observer_user_ = nullptr;
   float* logits_host_ = nullptr;  // [vocab_size] host (== logits_ when the state is in host memory)
   int32_t* tokens_ = nullptr;       // [n_batch] backend memory
   int32_t* tokens_host_ = nullptr;  // [n_batch] host staging (== tokens_ on the CPU)

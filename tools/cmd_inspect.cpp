@@ -1,4 +1,4 @@
-// phasekv inspect MODEL.pkv [--ctx N] [--json] [--tensors]
+// phasekv inspect MODEL.pkv [--ctx N] [--json] [--tensors] [--gates TEXT]
 #include <cinttypes>
 #include <cstdio>
 #include <map>
@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "file_io.h"
+#include "gate_analysis.h"
 #include "context.h"
 #include "memory_plan.h"
 #include "model_file.h"
@@ -30,6 +31,7 @@ struct InspectArgs {
   bool json = false;
   bool tensors = false;
   bool verify = false;
+  std::string gates_text;  // --gates: calibration text for the static gate analysis
 };
 
 const char* rope_style_name(RopeStyle s) { return s == RopeStyle::NeoX ? "neox" : "interleaved"; }
@@ -78,7 +80,61 @@ json layer_json(uint32_t i, const AttentionMemory& m, const LayerMemoryPlan& p) 
   return j;
 }
 
+// --gates TEXT: the static gate analysis (gate_analysis.h) instead of the model summary.
+int run_gate_analysis(const InspectArgs& a) {
+  std::string text;
+  Status s = read_text_file("--gates", a.gates_text, &text);
+  if (!s.ok()) return report("inspect", s);
+  std::unique_ptr<Model> model;
+  s = Model::load(a.model, a.be.load_options(), &model);
+  if (!s.ok()) return report("inspect", s);
+  GateAnalysis g;
+  s = analyze_gates(*model, text, a.threads, &g);
+  if (!s.ok()) return report("inspect", s);
+  const auto& layers = model->spec().layers;
+  if (a.json) {
+    json br = json::array();
+    for (const GateBranchStats& b : g.branches) {
+      const AttentionMemory& m = layers[b.layer];
+      br.push_back({{"layer", b.layer}, {"branch", b.branch == 0 ? "k" : "v"}, {"kv_head", b.kv_head},
+                    {"W", m.window}, {"S", m.stride}, {"gate", gate_kind_name(m.gate)}, {"entries", b.entries},
+                    {"mean_alpha", b.mean_alpha}, {"n_static", b.n_static}, {"n_window", b.n_window},
+                    {"favoured", b.favoured}});
+    }
+    json j = {{"model", a.model}, {"calibration_tokens", g.tokens}, {"period", g.period}, {"branches", br},
+              {"cover", g.cover}, {"predicted_weak", g.predicted_weak},
+              {"rule", "cover(r) = max over layers, KV heads of min(key gate weight at the slots of residue r-2, "
+                       "value gate weight at the slots of residue r); weak when cover(r) < 0.5 max cover"}};
+    std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("gate analysis of %s over %u calibration tokens (period %u)\n", a.model.c_str(), g.tokens, g.period);
+    std::printf("%5s %6s %4s %4s %4s %8s %8s %8s  %s\n", "layer", "branch", "head", "W", "S", "entries", "N_static",
+                "N_window", "favoured offsets (mean weight)");
+    for (const GateBranchStats& b : g.branches) {
+      const AttentionMemory& m = layers[b.layer];
+      std::string fav;
+      for (int i : b.favoured) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%s%d (%.2f)", fav.empty() ? "" : ", ", i, b.mean_alpha[size_t(i)]);
+        fav += buf;
+      }
+      std::printf("%5u %6s %4d %4u %4u %8llu %8.2f %8.2f  %s\n", b.layer, b.branch == 0 ? "k" : "v", b.kv_head,
+                  m.window, m.stride, static_cast<unsigned long long>(b.entries), b.n_static, b.n_window,
+                  fav.empty() ? "none above 1.5/W" : fav.c_str());
+    }
+    std::printf("cover by residue (value token mod %u):", g.period);
+    for (double c : g.cover) std::printf(" %.2f", c);
+    std::printf("\npredicted weak residues:");
+    if (g.predicted_weak.empty()) std::printf(" none");
+    for (int r : g.predicted_weak) std::printf(" %d", r);
+    std::printf("\n");
+  }
+  s = flush_stdout();
+  return s.ok() ? kExitOk : report("inspect", s);
+}
+
 int run_inspect(const InspectArgs& a) {
+  if (!a.gates_text.empty()) return run_gate_analysis(a);
   std::unique_ptr<ModelFile> mf;
   ModelFile::OpenOptions fo;
   fo.verify = a.verify;
@@ -246,6 +302,10 @@ void register_inspect(CLI::App& app, int* exit_code) {
   cmd->add_flag("--beyond-trained", args->beyond, "Allow --ctx above the model's trained context (max_positions)");
   cmd->add_flag("--json", args->json, "Print JSON instead of tables");
   cmd->add_flag("--tensors", args->tensors, "List every tensor");
+  cmd->add_option("--gates", args->gates_text,
+                  "Static gate analysis over this calibration text instead of the summary: per compressed layer, "
+                  "branch and KV head the effective offsets N_static = exp(H(E[alpha])) and N_window = "
+                  "E[exp(H(alpha))], the favoured offsets, and the residues the gates predict weak");
   cmd->add_flag("--verify", args->verify,
                 "Check the tensor data against the content hash written by convert (exit 2 on a mismatch, or "
                 "for a file that records none)");

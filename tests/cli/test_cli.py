@@ -220,6 +220,57 @@ def selftest_checks(a, smol):
             os.remove(p)
 
 
+def gate_analysis_checks(a):
+    """inspect --gates on planted gates, against values derived by hand: with a planted gate
+    (bias +10 on one offset, no gate map) every entry has the same weights, so
+    N_static = N_window = exp(H(alpha)) with alpha = e^10/(e^10+7) on the planted offset and
+    1/(e^10+7) on the other seven."""
+    import math
+    tiny = os.path.join(a.data, "tiny_qwen3_vocab.gguf")
+    pkv = os.path.join(a.tmp, "gates_planted.pkv")
+    rc, _, err = run(["convert", tiny, pkv, "--force", "--kv", "all:compressed:W=8,S=8,L=16,gate=planted:K=2,V=4"])
+    check(rc == 0, "convert planted K=2,V=4: " + err)
+    text = os.path.join(a.tmp, "gates_calibration.txt")
+    with open(text, "w") as f:
+        f.write(" ".join(["The river rose after the storm, and the old bridge was repaired last year."] * 12))
+    rc, out, err = run(["inspect", pkv, "--gates", text, "--json"])
+    check(rc == 0, "inspect --gates: " + err)
+    if rc != 0:
+        return
+    g = json.loads(out)
+    hi = math.exp(10) / (math.exp(10) + 7)
+    lo = 1 / (math.exp(10) + 7)
+    n_eff = math.exp(-(hi * math.log(hi) + 7 * lo * math.log(lo)))
+    check(g["period"] == 8, "inspect --gates: period %s" % g["period"])
+    ok = True
+    for b in g["branches"]:
+        planted = 2 if b["branch"] == "k" else 4
+        want = [hi if i == planted else lo for i in range(8)]
+        ok &= all(abs(x - y) < 1e-6 for x, y in zip(b["mean_alpha"], want))
+        ok &= abs(b["n_static"] - n_eff) < 1e-5 and abs(b["n_window"] - n_eff) < 1e-5
+        ok &= b["favoured"] == [planted] and b["entries"] == g["calibration_tokens"] // 8
+    check(ok, "inspect --gates: weights, N_static = N_window = %.6f, favoured offsets: %s" % (n_eff, g["branches"][:2]))
+    # Key on slot 2, value on slot 4: only a record whose value sits at residue 4 (key at 2) is held.
+    check(abs(g["cover"][4] - hi) < 1e-6 and all(abs(c - lo) < 1e-6 for r, c in enumerate(g["cover"]) if r != 4),
+          "inspect --gates: cover %s" % g["cover"])
+    check(g["predicted_weak"] == [0, 1, 2, 3, 5, 6, 7], "inspect --gates: predicted weak %s" % g["predicted_weak"])
+    rc, out, _ = run(["inspect", pkv, "--gates", text])
+    check(rc == 0 and "N_static" in out and "predicted weak residues: 0 1 2 3 5 6 7" in out,
+          "inspect --gates table: " + out)
+    # Refusals: a model without compressed layers, a text too short, a missing file.
+    full = os.path.join(a.tmp, "gates_full.pkv")
+    rc, _, err = run(["convert", tiny, full, "--force"])
+    rc, _, err = run(["inspect", full, "--gates", text])
+    check(rc == 2 and "no compressed layer" in err, "inspect --gates on full attention: " + err)
+    short = os.path.join(a.tmp, "gates_short.txt")
+    with open(short, "w") as f:
+        f.write("Too short.")
+    rc, _, err = run(["inspect", pkv, "--gates", short])
+    check(rc == 2 and "at least 24 are needed" in err, "inspect --gates, short text: " + err)
+    rc, _, err = run(["inspect", pkv, "--gates", "/nonexistent-calibration.txt"])
+    check(rc == 2 and "/nonexistent-calibration.txt" in err, "inspect --gates, missing file: " + err)
+
+
 def main():
     global PHASEKV
     ap = argparse.ArgumentParser()
@@ -379,6 +430,7 @@ def main():
         run_checks(a)
     else:
         print("skipped: run/bench checks on SmolLM2 (no --smollm2)")
+    gate_analysis_checks(a)
 
     return summary()
 

@@ -71,8 +71,35 @@ def main():
                     if not closed and scan.get("period") != S:
                         problems.append(f"{name} ({proto}): flagged residues {flagged} mod {P} do not repeat "
                                         f"with S = {S} (period scan: {scan.get('period')})")
+        g = load(os.path.join(d, "gates.json"))
+        if g is not None and st is not None:
+            flagged = sorted(set().union(*[set(p["flagged"]) for p in row["protocols"].values()]))
+            pred = sorted(g["predicted_weak"])
+            row["gates"] = {"predicted_weak": pred, "flagged": flagged, "agree": pred == flagged,
+                            "n_static": {f"{b['layer']}{b['branch']}{b['kv_head']}": round(b["n_static"], 2)
+                                         for b in g["branches"]},
+                            "n_window": {f"{b['layer']}{b['branch']}{b['kv_head']}": round(b["n_window"], 2)
+                                         for b in g["branches"]}}
         rows.append(row)
-    summary = {"grid": a.grid, "models": rows, "problems": problems}
+    causal = None
+    cz = os.path.join(a.out, "causal.txt")
+    if os.path.exists(cz):
+        name, k = open(cz).read().split()
+        k = int(k)
+        d = os.path.join(a.out, name)
+        base, shifted = load(os.path.join(d, "selftest.json")), load(os.path.join(d, f"selftest_shift{k}.json"))
+        if base and shifted:
+            causal = {"model": name, "shift": k, "protocols": {}}
+            for proto in base["protocols"]:
+                b, s2 = base["protocols"][proto], shifted["protocols"][proto]
+                P = base["period"]
+                causal["protocols"][proto] = {
+                    "argmin": b["summary"]["argmin"], "argmin_shifted": s2["summary"]["argmin"],
+                    "expected": (b["summary"]["argmin"] + k) % P,
+                    "flagged": b.get("flagged") or [], "flagged_shifted": s2.get("flagged") or [],
+                    "acc": [r["accuracy"] for r in b["residues"]],
+                    "acc_shifted": [r["accuracy"] for r in s2["residues"]]}
+    summary = {"grid": a.grid, "models": rows, "causal": causal, "problems": problems}
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
 
@@ -90,6 +117,22 @@ def main():
                   f"{r['export_rel_l2']:.1e} | {proto} | {pct(p['mean'])} | {pct(p['min'])} "
                   f"[{pct(p['min_ci'][0])}, {pct(p['min_ci'][1])}] ({p['argmin']}) | {pct(p['gap'])} "
                   f"({pct(p['gap_null'])}) | {p['period'] or '-'} | {p['flagged'] or '-'} |")
+    gated = [r for r in rows if "gates" in r]
+    if gated:
+        print()
+        print("| model | gates predict weak | self-test flagged (either protocol) | agree |")
+        print("|---|---|---|---|")
+        for r in gated:
+            gg = r["gates"]
+            print(f"| {r['model']} | {gg['predicted_weak'] or '-'} | {gg['flagged'] or '-'} | {'yes' if gg['agree'] else 'no'} |")
+        print(f"gate analysis agrees with the self-test on {sum(r['gates']['agree'] for r in gated)} of {len(gated)} "
+              f"compressed models")
+    if causal:
+        print()
+        print(f"causal check on {causal['model']}: per-offset gate parameters shifted by {causal['shift']}")
+        for proto, c in causal["protocols"].items():
+            print(f"  {proto}: worst residue {c['argmin']} -> {c['argmin_shifted']} (expected {c['expected']}); "
+                  f"flagged {c['flagged'] or '-'} -> {c['flagged_shifted'] or '-'}")
     for p in problems:
         print("problem:", p)
     if a.check and problems:

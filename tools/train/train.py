@@ -3,7 +3,8 @@
 PhaseKV: MODEL.gguf (F32, tied embeddings, the small BPE of vocab.py), gates.safetensors (the
 learned per-offset gates), kv.txt (the `phasekv convert --kv` arguments), train.json (config,
 loss curve, the trainer's own lookup accuracy per residue) and check_ids.json +
-check_logits.f32 (the trainer's forward on one sequence, for tools/train/check_export.py).
+check_logits.f32 (the trainer's forward on one sequence, for tools/train/check_export.py) and
+calib.txt (held-out training-mix text for `phasekv inspect --gates`).
 
 Usage: train.py --model NAME [--size micro|small] [--seed N] [--steps N] --out DIR
 Models (same size, data and steps within a size):
@@ -155,6 +156,11 @@ def main():
     with open(os.path.join(args.out, "check_ids.json"), "w") as f:
         json.dump([int(i) for i in check_ids], f)
     logits.astype("<f4").tofile(os.path.join(args.out, "check_logits.f32"))
+    # Calibration text for `phasekv inspect --gates`: two held-out sequences of the training mix
+    # as text (without BOS; the tokenizer adds it), 2T - 1 tokens, within the model's positions.
+    calib_rng = np.random.default_rng(777)
+    with open(os.path.join(args.out, "calib.txt"), "w") as f:
+        f.write("".join(vocab.text(data.sample(calib_rng, vocab, z["T"])[0][1:]) for _ in range(2)))
     info = {"model": args.model, "size": args.size, "seed": args.seed, "steps": steps, "config": cfg,
             "kv": model.kv_specs(cfg), "period": P, "train_s": round(train_s, 1),
             "wall_s": round(time.time() - t_start, 1), "eval_loss": eval_loss, "curve": curve,

@@ -53,6 +53,7 @@ case "$GRID" in
   small) MODELS="full:1 full:2 w8s8:1 w8s4:1 w4s4:1 w8s8-uniform:1"; SAMPLES=${TRAIN_SAMPLES:-48}; PERIOD=8 ;;
 esac
 mkdir -p "$OUT"
+rm -f "$OUT/causal.txt"
 start=$(date +%s)
 for m in $MODELS; do
   name=${m%%:*}
@@ -77,6 +78,24 @@ for m in $MODELS; do
   "$PKV" selftest -m "$d/model.pkv" -c "$T" --records $((T / 8)) --samples "$SAMPLES" --period "$PERIOD" \
     -t "$(nproc)" -q --json "$d/selftest.json" > "$d/selftest.txt" 2>&1 || true
   tail -n 3 "$d/selftest.txt" | sed 's/^/   /'
+  if [ -f "$d/gates.safetensors" ] || grep -q compressed "$d/kv.txt"; then
+    # Static gate analysis over held-out training-mix text: what the gates alone predict.
+    "$PKV" inspect "$d/model.pkv" --gates "$d/calib.txt" --json > "$d/gates.json"
+    "$PY" -c 'import json,sys; g=json.load(open(sys.argv[1])); print("   gates predict weak residues:", g["predicted_weak"] or "none")' "$d/gates.json"
+  fi
+  # The causal check on the first model with learned per-offset gates: shift them by K offsets
+  # and test again; the weak residue should move by K.
+  if [ -f "$d/gates.safetensors" ] && [ ! -f "$OUT/causal.txt" ]; then
+    S=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["layers"][0]["S"])' "$d/train.json")
+    K=$(( S > 4 ? 3 : 1 ))
+    "$PY" tools/train/shift_gates.py "$d/gates.safetensors" "$K" "$d/gates_shift$K.safetensors" >/dev/null
+    "$PKV" convert --from gguf "$d/model.gguf" "$d/model_shift$K.pkv" "${kv[@]}" --gates "$d/gates_shift$K.safetensors" \
+      --force >/dev/null
+    "$PKV" selftest -m "$d/model_shift$K.pkv" -c "$T" --records $((T / 8)) --samples "$SAMPLES" --period "$PERIOD" \
+      -t "$(nproc)" -q --json "$d/selftest_shift$K.json" > "$d/selftest_shift$K.txt" 2>&1 || true
+    echo "$name-s$seed $K" > "$OUT/causal.txt"
+    echo "   causal check: gates shifted by $K -> $d/selftest_shift$K.json"
+  fi
 done
 echo "== grid $GRID: $(( $(date +%s) - start )) s"
 args=("$OUT" --grid "$GRID")
