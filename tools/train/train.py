@@ -33,9 +33,9 @@ from vocab import Vocab  # noqa: E402
 
 SIZES = {
     # d, layers, heads, kv_heads, head_dim, ffn, sequence length, batch, steps, learning rate, L
-    "micro": dict(d=64, n_layers=2, heads=4, kv_heads=1, head_dim=16, ffn=192, T=96, batch=16, steps=250,
+    "micro": dict(d=64, n_layers=2, heads=4, kv_heads=4, head_dim=16, ffn=192, T=96, batch=16, steps=250,
                   lr=3e-3, L=8),
-    "small": dict(d=128, n_layers=4, heads=4, kv_heads=1, head_dim=32, ffn=384, T=128, batch=32, steps=3000,
+    "small": dict(d=128, n_layers=4, heads=4, kv_heads=4, head_dim=32, ffn=384, T=128, batch=32, steps=3000,
                   lr=3e-3, L=16),
 }
 MODELS = {
