@@ -141,7 +141,7 @@ Status analyze_gates(const Model& model, const std::string& text, int n_threads,
   ContextParams cp = default_context_params();
   cp.n_ctx = uint32_t(ids.size());
   cp.n_batch = uint32_t(ids.size());  // one chunk: every entry's slots are in the observer's view
-  cp.n_threads = n_threads > 0 ? n_threads : 1;
+  if (n_threads > 0) cp.n_threads = n_threads;  // else the default: every hardware thread
   cp.backend = BackendKind::Cpu;
   cp.kernels = "reference";
   std::unique_ptr<Context> ctx;
