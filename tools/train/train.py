@@ -29,6 +29,7 @@ import optax  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import data  # noqa: E402
 import model  # noqa: E402
+from safetensors_io import write_safetensors  # noqa: E402
 from vocab import Vocab  # noqa: E402
 
 SIZES = {
@@ -57,19 +58,6 @@ def make_config(size, name, vocab):
     return {"vocab": len(vocab), "d": z["d"], "heads": z["heads"], "kv_heads": z["kv_heads"],
             "head_dim": z["head_dim"], "ffn": z["ffn"], "eps": 1e-5, "rope_base": 10000.0, "ctx": 2 * z["T"],
             "layers": [dict(layer) for _ in range(z["n_layers"])]}
-
-
-def write_safetensors(path, tensors):
-    header, blobs, off = {}, [], 0
-    for n, a in tensors.items():
-        raw = np.ascontiguousarray(a, "<f4").tobytes()
-        header[n] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
 
 
 def lookup_accuracy(cfg, params, vocab, rng, n_seq, T, P, bs=16):
