@@ -13,15 +13,17 @@ import numpy as np
 LM_WEIGHT = float(__import__("os").environ.get("PKV_LM_WEIGHT", "0.1"))      # weight of the other next-token predictions
 
 
-def sample(rng, vocab, T):
+def sample(rng, vocab, T, records=0):
     """One sequence: ids [T], loss weights [T] (on the prediction of ids[t+1]), and per lookup
     (position of its '=' , position of the record's value token in the haystack).
 
     About half of the haystack is records, the rest filler lines and pads; a quarter of the
     sequence is lookups."""
     Q = max(4, T // 16)  # lookups
+    if records:  # fewer records (a curriculum's first stage): as many lookups, more filler
+        Q = min(Q, records)
     budget = T - 1 - 4 * Q
-    n_rec = max(Q, min(64, budget // 8))
+    n_rec = records or max(Q, min(64, budget // 8))
     kv = rng.choice(vocab.words, size=2 * n_rec, replace=False)
     keys, vals = kv[:n_rec], kv[n_rec:]
     lines = [("rec", i) for i in range(n_rec)]
@@ -59,6 +61,6 @@ def sample(rng, vocab, T):
     return np.array(ids, np.int32), np.array(weights, np.float32), lookups
 
 
-def batch(rng, vocab, B, T):
-    ids, w, lk = zip(*(sample(rng, vocab, T) for _ in range(B)))
+def batch(rng, vocab, B, T, records=0):
+    ids, w, lk = zip(*(sample(rng, vocab, T, records) for _ in range(B)))
     return np.stack(ids), np.stack(w), list(lk)

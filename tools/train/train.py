@@ -36,6 +36,8 @@ SIZES = {
     # d, layers, heads, kv_heads, head_dim, ffn, sequence length, batch, steps, learning rate, L
     "micro": dict(d=64, n_layers=2, heads=4, kv_heads=4, head_dim=16, ffn=192, T=96, batch=16, steps=250,
                   lr=3e-3, L=8),
+    "mini": dict(d=64, n_layers=2, heads=4, kv_heads=4, head_dim=16, ffn=192, T=64, batch=32, steps=3000,
+                 lr=3e-3, L=8),
     "small": dict(d=128, n_layers=4, heads=4, kv_heads=4, head_dim=32, ffn=384, T=128, batch=32, steps=3000,
                   lr=3e-3, L=16),
 }
@@ -83,6 +85,12 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, help="training steps (default: the size's)")
     ap.add_argument("--lr", type=float, help="peak learning rate (default: the size's)")
+    ap.add_argument("--short", default="", metavar="T0:N",
+                    help="curriculum: the first N steps train on sequences of T0 tokens (fewer records)")
+    ap.add_argument("--alternate", type=int, default=0, metavar="T0",
+                    help="curriculum: every other step trains on sequences of T0 tokens (twice as many)")
+    ap.add_argument("--few", default="", metavar="R:N",
+                    help="curriculum: the first N steps hold R records per sequence (and R lookups)")
     ap.add_argument("--out", required=True, help="output directory (created)")
     args = ap.parse_args()
 
@@ -113,8 +121,13 @@ def main():
     rng = np.random.default_rng(1000 + args.seed)
     curve = []
     t0 = time.time()
+    short_T, short_n = (int(x) for x in args.short.split(":")) if args.short else (0, 0)
+    few_r, few_n = (int(x) for x in args.few.split(":")) if args.few else (0, 0)
     for it in range(1, steps + 1):
-        ids, w, _ = data.batch(rng, vocab, z["batch"], z["T"])
+        T_now = short_T if it <= short_n else z["T"]
+        if args.alternate and it % 2 == 1:
+            T_now = args.alternate
+        ids, w, _ = data.batch(rng, vocab, z["batch"] * (z["T"] // T_now), T_now, few_r if it <= few_n else 0)
         params, state, loss, lnll = step(params, state, jnp.asarray(ids), jnp.asarray(w))
         if it % 50 == 0 or it == steps:
             curve.append([it, float(loss), float(lnll)])
