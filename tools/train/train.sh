@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train a grid of small decoders with and without chunked compressed attention, export each to
 # PhaseKV, check that PhaseKV computes what the trainer computed, run the phase self-test on
-# each, and print one table (docs/VALIDATION.md, "Trained compression").
+# each, and print one table (docs/VALIDATION.md, "Models trained with compression").
 #
 # Usage: tools/train/train.sh GRID [--retrain] [--check]
 #   GRID      micro  full attention and W4/S4 at the micro size (CI: ~2-3 min on 2 cores)
