@@ -29,6 +29,14 @@ struct Collector {
   int n_kv = 0;
 };
 
+// exp(H(p)) of a distribution p[0..n): its effective number of outcomes.
+double entropy_exp(const double* p, int n) {
+  double H = 0;
+  for (int i = 0; i < n; ++i)
+    if (p[i] > 0) H -= p[i] * std::log(p[i]);
+  return std::exp(H);
+}
+
 void observe(void* user, uint32_t layer, const CompressArgs& ca) {
   Collector& c = *static_cast<Collector*>(user);
   const int base = c.slot_of_layer[layer];
@@ -64,13 +72,8 @@ void observe(void* user, uint32_t layer, const CompressArgs& ca) {
           }
           double den = 0;
           for (int i = 0; i < W; ++i) den += (c.a[size_t(i)] = std::isinf(c.s[size_t(i)]) ? 0.0 : std::exp(c.s[size_t(i)] - mx));
-          double H = 0;
-          for (int i = 0; i < W; ++i) {
-            const double q = c.a[size_t(i)] / den;
-            A.sum_alpha[size_t(i)] += q;
-            if (q > 0) H -= q * std::log(q);
-          }
-          A.sum_nwin += std::exp(H);
+          for (int i = 0; i < W; ++i) A.sum_alpha[size_t(i)] += (c.a[size_t(i)] /= den);
+          A.sum_nwin += entropy_exp(c.a.data(), W);
           ++A.n;
         }
       }
@@ -78,12 +81,6 @@ void observe(void* user, uint32_t layer, const CompressArgs& ca) {
   }
 }
 
-double entropy_exp(const std::vector<double>& p) {
-  double H = 0;
-  for (double q : p)
-    if (q > 0) H -= q * std::log(q);
-  return std::exp(H);
-}
 
 }  // namespace
 
@@ -162,7 +159,7 @@ Status analyze_gates(const Model& model, const std::string& text, int n_threads,
     b.entries = a.n;
     b.mean_alpha.resize(a.sum_alpha.size());
     for (size_t i = 0; i < a.sum_alpha.size(); ++i) b.mean_alpha[i] = a.n ? a.sum_alpha[i] / double(a.n) : 0.0;
-    b.n_static = entropy_exp(b.mean_alpha);
+    b.n_static = entropy_exp(b.mean_alpha.data(), int(b.mean_alpha.size()));
     b.n_window = a.n ? a.sum_nwin / double(a.n) : 0.0;
     std::vector<int> order(b.mean_alpha.size());
     std::iota(order.begin(), order.end(), 0);
@@ -179,21 +176,20 @@ Status analyze_gates(const Model& model, const std::string& text, int n_threads,
     for (int i = ((pos_mod + W) % S + S) % S; i < W; i += S) w = std::max(w, b.mean_alpha[size_t(i)]);
     return w;
   };
-  for (size_t k = 0; k < r.branches.size(); ++k) {
-    const GateBranchStats& kb = r.branches[k];
-    if (kb.branch != 0) continue;
-    const GateBranchStats* vb = nullptr;
-    for (const GateBranchStats& x : r.branches)
-      if (x.layer == kb.layer && x.branch == 1 && x.kv_head == kb.kv_head) vb = &x;
-    if (!vb) continue;
-    const AttentionMemory& m = spec.layers[kb.layer];
-    const int W = int(m.window), S = int(m.stride);
-    for (uint32_t res = 0; res < P; ++res) {
-      const int pv = int(res % uint32_t(S)), pk = ((int(res) - 2) % S + S) % S;
-      const double c = std::min(slot_weight(kb, W, S, pk), slot_weight(*vb, W, S, pv));
-      r.cover[res] = std::max(r.cover[res], c);
+  // r.branches follows the collector's layout: per compressed layer, the key branch's n_kv
+  // heads, then the value branch's.
+  const size_t nkv = size_t(col.n_kv);
+  for (size_t k = 0; k < r.branches.size(); k += 2 * nkv)
+    for (size_t h = 0; h < nkv; ++h) {
+      const GateBranchStats& kb = r.branches[k + h];
+      const GateBranchStats& vb = r.branches[k + nkv + h];
+      const AttentionMemory& m = spec.layers[kb.layer];
+      const int W = int(m.window), S = int(m.stride);
+      for (uint32_t res = 0; res < P; ++res) {
+        const int pv = int(res % uint32_t(S)), pk = ((int(res) - 2) % S + S) % S;
+        r.cover[res] = std::max(r.cover[res], std::min(slot_weight(kb, W, S, pk), slot_weight(vb, W, S, pv)));
+      }
     }
-  }
   const double best = *std::max_element(r.cover.begin(), r.cover.end());
   for (uint32_t res = 0; res < P; ++res)
     if (r.cover[res] < 0.5 * best) r.predicted_weak.push_back(int(res));
