@@ -10,7 +10,12 @@ looked-up values (weight 1) above plain next-token prediction of everything else
 """
 import numpy as np
 
-LM_WEIGHT = float(__import__("os").environ.get("PKV_LM_WEIGHT", "0.1"))      # weight of the other next-token predictions
+# The mix's knobs (train.py sets them from its options; the defaults are the mix CI trains on).
+LM_WEIGHT = 0.1     # weight of the other next-token predictions
+QUERIES = 0         # lookups per sequence (0: T/16, at least 4)
+REPLACE = False     # lookups drawn with replacement (no answer can be had by elimination)
+SEP = True          # records "key = value" (False: "key value", a diagnostic: plain one-step induction)
+REPEAT = 0.0        # share of filler lines that repeat the start of an earlier one (induction practice)
 
 
 def sample(rng, vocab, T, records=0):
@@ -19,15 +24,17 @@ def sample(rng, vocab, T, records=0):
 
     About half of the haystack is records, the rest filler lines and pads; a quarter of the
     sequence is lookups."""
-    Q = max(4, T // 16)  # lookups
-    if records:  # fewer records (a curriculum's first stage): as many lookups, more filler
+    R = 4 if SEP else 3  # tokens per record line
+    sep = [vocab.sep] if SEP else []
+    Q = QUERIES or max(4, T // 16)  # lookups
+    if records and not REPLACE:  # fewer records (a curriculum's first stage): as many lookups, more filler
         Q = min(Q, records)
-    budget = T - 1 - 4 * Q
-    n_rec = records or max(Q, min(64, budget // 8))
+    budget = T - 1 - R * Q
+    n_rec = records or (min(64, budget // (2 * R)) if REPLACE else max(Q, min(64, budget // (2 * R))))
     kv = rng.choice(vocab.words, size=2 * n_rec, replace=False)
     keys, vals = kv[:n_rec], kv[n_rec:]
     lines = [("rec", i) for i in range(n_rec)]
-    remaining = budget - 4 * n_rec
+    remaining = budget - R * n_rec
     while remaining >= 8:
         n = int(rng.integers(3, min(9, remaining - 4) + 1))
         lines.append(("fill", rng.choice(vocab.filler, size=n)))
@@ -37,22 +44,30 @@ def sample(rng, vocab, T, records=0):
     cuts = np.sort(rng.integers(0, len(lines) + 1, size=remaining))
     pads_before = np.bincount(cuts, minlength=len(lines) + 1)
     ids = [vocab.bos]
+    weights = []
     value_pos = {}
+    seen = []  # filler lines so far (a later line of the same length may repeat one: induction)
     for li, k in enumerate(order):
         ids += [vocab.pad] * int(pads_before[li])
         kind, x = lines[k]
         if kind == "rec":
-            ids += [int(keys[x]), vocab.sep]
+            ids += [int(keys[x])] + sep
             value_pos[x] = len(ids)
             ids += [int(vals[x]), vocab.newline]
         else:
+            same = [y for y in seen if len(y) >= len(x)]
+            if REPEAT and same and rng.random() < REPEAT:  # the start of an earlier line, as long as this one
+                x = same[int(rng.integers(len(same)))][:len(x)]
+                weights += [LM_WEIGHT] * (len(ids) - len(weights))
+                weights += [1.0] * len(x)  # the words after its first (and the '.') are predictable
+            seen.append(x)
             ids += [int(t) for t in x] + [vocab.period, vocab.newline]
     ids += [vocab.pad] * int(pads_before[len(lines)])
-    weights = [LM_WEIGHT] * len(ids)
+    weights += [LM_WEIGHT] * (len(ids) - len(weights))
     lookups = []
-    for x in rng.choice(n_rec, size=Q, replace=False):
-        ids += [int(keys[x]), vocab.sep]
-        weights += [LM_WEIGHT, 1.0]  # the prediction made at '=' is the value
+    for x in rng.choice(n_rec, size=Q, replace=REPLACE):
+        ids += [int(keys[x])] + sep
+        weights += [LM_WEIGHT] * len(sep) + [1.0]  # the prediction made at '=' is the value
         lookups.append((len(ids) - 1, value_pos[int(x)]))
         ids += [int(vals[x]), vocab.newline]
         weights += [LM_WEIGHT, LM_WEIGHT]

@@ -6,7 +6,7 @@ loss curve, the trainer's own lookup accuracy per residue) and check_ids.json +
 check_logits.f32 (the trainer's forward on one sequence, for tools/train/check_export.py) and
 calib.txt (held-out training-mix text for `phasekv inspect --gates`).
 
-Usage: train.py --model NAME [--size micro|small] [--seed N] [--steps N] --out DIR
+Usage: train.py --model NAME [--size micro|micro3|mini|small] [--seed N] [--steps N] --out DIR
 Models (same size, data and steps within a size):
   full          full attention in every layer
   w8s8 w8s4 w4s4  every layer compressed, learned scalar gates (per-offset maps and biases), L = 16
@@ -36,6 +36,8 @@ SIZES = {
     # d, layers, heads, kv_heads, head_dim, ffn, sequence length, batch, steps, learning rate, L
     "micro": dict(d=64, n_layers=2, heads=4, kv_heads=4, head_dim=16, ffn=192, T=96, batch=16, steps=250,
                   lr=3e-3, L=8),
+    "micro3": dict(d=64, n_layers=3, heads=4, kv_heads=4, head_dim=16, ffn=192, T=96, batch=16, steps=250,
+                   lr=3e-3, L=8),
     "mini": dict(d=64, n_layers=2, heads=4, kv_heads=4, head_dim=16, ffn=192, T=64, batch=32, steps=3000,
                  lr=3e-3, L=8),
     "small": dict(d=128, n_layers=4, heads=4, kv_heads=4, head_dim=32, ffn=384, T=128, batch=32, steps=3000,
@@ -91,30 +93,64 @@ def main():
                     help="curriculum: every other step trains on sequences of T0 tokens (twice as many)")
     ap.add_argument("--few", default="", metavar="R:N",
                     help="curriculum: the first N steps hold R records per sequence (and R lookups)")
+    ap.add_argument("--queries", type=int, default=0, help="lookups per sequence (default T/16, at least 4)")
+    ap.add_argument("--with-replacement", action="store_true",
+                    help="draw the lookups with replacement: a repeated key cannot be answered by elimination")
+    ap.add_argument("--repeat", type=float, default=0.0, metavar="P",
+                    help="share of filler lines that repeat the start of an earlier line (weight 1: induction practice)")
+    ap.add_argument("--no-sep", action="store_true",
+                    help='diagnostic: records "key value" without " =" (retrieval by plain one-step induction)')
+    ap.add_argument("--lm-weight", type=float, default=0.1, help="loss weight of the non-lookup predictions")
+    ap.add_argument("--init", default="", metavar="DIR",
+                    help="start from the parameters another run of the same model and size saved (DIR/params.npz)")
     ap.add_argument("--out", required=True, help="output directory (created)")
     args = ap.parse_args()
 
     t_start = time.time()
+    data.QUERIES, data.REPLACE, data.REPEAT, data.LM_WEIGHT = (args.queries, args.with_replacement, args.repeat,
+                                                               args.lm_weight)
+    data.SEP = not args.no_sep
     vocab = Vocab()
     z = SIZES[args.size]
     steps = args.steps or z["steps"]
     lr = args.lr or z["lr"]
     cfg = make_config(args.size, args.model, vocab)
     params = model.init_params(cfg, args.seed)
+    if args.init:
+        with np.load(os.path.join(args.init, "params.npz")) as f:
+            flat, tree = jax.tree_util.tree_flatten(params)
+            keys = [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+            missing = [k for k in keys if k not in f.files]
+            if missing:
+                sys.exit(f"train.py: {args.init}/params.npz lacks {missing[0]} (another model or size?)")
+            loaded = []
+            for k, x in zip(keys, flat):
+                if f[k].shape != x.shape:
+                    sys.exit(f"train.py: {args.init}/params.npz: {k} has shape {f[k].shape}, this model {x.shape}")
+                loaded.append(jnp.asarray(f[k]))
+            params = jax.tree_util.tree_unflatten(tree, loaded)
     sched = optax.warmup_cosine_decay_schedule(0.0, lr, min(200, steps // 10), steps, lr * 0.05)
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, b2=0.98, weight_decay=0.01))
     state = opt.init(params)
 
-    def loss_fn(p, ids, w):
+    def loss_fn(p, ids, w, m):
+        """(weighted loss, mean NLL of the looked-up values: m marks the '=' of each lookup)"""
         logits = model.forward(cfg, p, ids)
         lp = jax.nn.log_softmax(logits[:, :-1], -1)
         nll = -jnp.take_along_axis(lp, ids[:, 1:, None], -1)[..., 0]
-        ww = w[:, :-1]
-        return jnp.sum(nll * ww) / jnp.sum(ww), jnp.sum(nll * (ww == 1.0)) / jnp.sum(ww == 1.0)
+        ww, mm = w[:, :-1], m[:, :-1]
+        return jnp.sum(nll * ww) / jnp.sum(ww), jnp.sum(nll * mm) / jnp.sum(mm)
+
+    def lookup_mask(ids, lookups):
+        m = np.zeros(ids.shape, np.float32)
+        for b, lk in enumerate(lookups):
+            for q, _ in lk:
+                m[b, q] = 1.0
+        return jnp.asarray(m)
 
     @jax.jit
-    def step(p, s, ids, w):
-        (loss, lookup_nll), g = jax.value_and_grad(loss_fn, has_aux=True)(p, ids, w)
+    def step(p, s, ids, w, m):
+        (loss, lookup_nll), g = jax.value_and_grad(loss_fn, has_aux=True)(p, ids, w, m)
         upd, s = opt.update(g, s, p)
         return optax.apply_updates(p, upd), s, loss, lookup_nll
 
@@ -127,8 +163,8 @@ def main():
         T_now = short_T if it <= short_n else z["T"]
         if args.alternate and it % 2 == 1:
             T_now = args.alternate
-        ids, w, _ = data.batch(rng, vocab, z["batch"] * (z["T"] // T_now), T_now, few_r if it <= few_n else 0)
-        params, state, loss, lnll = step(params, state, jnp.asarray(ids), jnp.asarray(w))
+        ids, w, lk = data.batch(rng, vocab, z["batch"] * (z["T"] // T_now), T_now, few_r if it <= few_n else 0)
+        params, state, loss, lnll = step(params, state, jnp.asarray(ids), jnp.asarray(w), lookup_mask(ids, lk))
         if it % 50 == 0 or it == steps:
             curve.append([it, float(loss), float(lnll)])
             el = time.time() - t0
@@ -140,10 +176,16 @@ def main():
     strides = [s["S"] for s in cfg["layers"] if s["kind"] == "compressed"]
     P = math.lcm(*strides) if strides else 8
     acc, cnt = lookup_accuracy(cfg, params, vocab, np.random.default_rng(7), 512, z["T"], P)
+    acc_short = None
+    if short_T:  # the curriculum's length too (where retrieval may exist before it carries to T)
+        a, c = lookup_accuracy(cfg, params, vocab, np.random.default_rng(7), 512, short_T, P)
+        acc_short = round(float(np.sum(a * c) / np.sum(c)), 4)
     eval_rng = np.random.default_rng(99)
-    ids, w, _ = data.batch(eval_rng, vocab, 32, z["T"])
-    eval_loss = float(loss_fn(params, jnp.asarray(ids), jnp.asarray(w))[0])
+    ids, w, lk = data.batch(eval_rng, vocab, 32, z["T"])
+    eval_loss = float(loss_fn(params, jnp.asarray(ids), jnp.asarray(w), lookup_mask(ids, lk))[0])
 
+    np.savez(os.path.join(args.out, "params.npz"),
+             **{jax.tree_util.keystr(k): np.asarray(x) for k, x in jax.tree_util.tree_flatten_with_path(params)[0]})
     name = f"phasekv-train-{args.model}-{args.size}-s{args.seed}"
     model.export_gguf(os.path.join(args.out, "model.gguf"), cfg, params, vocab, name)
     gates = model.gate_tensors(cfg, params)
@@ -167,11 +209,15 @@ def main():
             "wall_s": round(time.time() - t_start, 1), "eval_loss": eval_loss, "curve": curve,
             "lookup_acc_by_residue": [round(float(a), 4) for a in acc],
             "lookup_count_by_residue": [int(c) for c in cnt],
-            "lookup_acc_mean": round(float(np.sum(acc * cnt) / np.sum(cnt)), 4)}
+            "lookup_acc_mean": round(float(np.sum(acc * cnt) / np.sum(cnt)), 4),
+            "lookup_acc_mean_short": acc_short, "data": {"queries": data.QUERIES, "with_replacement": data.REPLACE,
+                                                         "repeat": data.REPEAT, "lm_weight": data.LM_WEIGHT,
+                                                         "sep": data.SEP}}
     with open(os.path.join(args.out, "train.json"), "w") as f:
         json.dump(info, f, indent=1)
     print(f"[train] {name}: eval loss {eval_loss:.4f}, lookup accuracy {info['lookup_acc_mean']:.3f} "
-          f"(by residue mod {P}: {' '.join(f'{a:.2f}' for a in acc)}), {train_s:.0f} s -> {args.out}")
+          f"(by residue mod {P}: {' '.join(f'{a:.2f}' for a in acc)})"
+          + (f", at T {short_T}: {acc_short:.3f}" if short_T else "") + f", {train_s:.0f} s -> {args.out}")
 
 
 if __name__ == "__main__":
