@@ -46,7 +46,7 @@ def sample(rng, vocab, T, records=0):
     ids = [vocab.bos]
     weights = []
     value_pos = {}
-    seen = []  # filler lines so far (a later line of the same length may repeat one: induction)
+    seen = []  # filler lines so far (a later line may repeat the start of a longer one: induction)
     for li, k in enumerate(order):
         ids += [vocab.pad] * int(pads_before[li])
         kind, x = lines[k]
@@ -55,9 +55,9 @@ def sample(rng, vocab, T, records=0):
             value_pos[x] = len(ids)
             ids += [int(vals[x]), vocab.newline]
         else:
-            same = [y for y in seen if len(y) >= len(x)]
-            if REPEAT and same and rng.random() < REPEAT:  # the start of an earlier line, as long as this one
-                x = same[int(rng.integers(len(same)))][:len(x)]
+            longer = [y for y in seen if len(y) >= len(x)] if REPEAT else []
+            if longer and rng.random() < REPEAT:  # the start of an earlier line, as long as this one
+                x = longer[int(rng.integers(len(longer)))][:len(x)]
                 weights += [LM_WEIGHT] * (len(ids) - len(weights))
                 weights += [1.0] * len(x)  # the words after its first (and the '.') are predictable
             seen.append(x)

@@ -80,6 +80,28 @@ def lookup_accuracy(cfg, params, vocab, rng, n_seq, T, P, bs=16):
     return hits / np.maximum(count, 1), count
 
 
+def save_params(path, params):
+    """params.npz: every leaf under its tree path (what --init reads back)."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(params)
+    np.savez(path, **{jax.tree_util.keystr(k): np.asarray(x) for k, x in leaves})
+
+
+def load_params(path, like):
+    """The leaves of `like` from a params.npz by tree path; a missing leaf or another shape exits
+    naming it (a file of another model may hold more, e.g. gates a full model does not have)."""
+    leaves, tree = jax.tree_util.tree_flatten_with_path(like)
+    out = []
+    with np.load(path) as f:
+        for k, x in leaves:
+            name = jax.tree_util.keystr(k)
+            if name not in f.files:
+                sys.exit(f"train.py: {path} lacks {name} (another model or size?)")
+            if f[name].shape != x.shape:
+                sys.exit(f"train.py: {path}: {name} has shape {f[name].shape}, this model {x.shape}")
+            out.append(jnp.asarray(f[name]))
+    return jax.tree_util.tree_unflatten(tree, out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, choices=sorted(MODELS))
@@ -117,18 +139,7 @@ def main():
     cfg = make_config(args.size, args.model, vocab)
     params = model.init_params(cfg, args.seed)
     if args.init:
-        with np.load(os.path.join(args.init, "params.npz")) as f:
-            flat, tree = jax.tree_util.tree_flatten(params)
-            keys = [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
-            missing = [k for k in keys if k not in f.files]
-            if missing:
-                sys.exit(f"train.py: {args.init}/params.npz lacks {missing[0]} (another model or size?)")
-            loaded = []
-            for k, x in zip(keys, flat):
-                if f[k].shape != x.shape:
-                    sys.exit(f"train.py: {args.init}/params.npz: {k} has shape {f[k].shape}, this model {x.shape}")
-                loaded.append(jnp.asarray(f[k]))
-            params = jax.tree_util.tree_unflatten(tree, loaded)
+        params = load_params(os.path.join(args.init, "params.npz"), params)
     sched = optax.warmup_cosine_decay_schedule(0.0, lr, min(200, steps // 10), steps, lr * 0.05)
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, b2=0.98, weight_decay=0.01))
     state = opt.init(params)
@@ -184,8 +195,7 @@ def main():
     ids, w, lk = data.batch(eval_rng, vocab, 32, z["T"])
     eval_loss = float(loss_fn(params, jnp.asarray(ids), jnp.asarray(w), lookup_mask(ids, lk))[0])
 
-    np.savez(os.path.join(args.out, "params.npz"),
-             **{jax.tree_util.keystr(k): np.asarray(x) for k, x in jax.tree_util.tree_flatten_with_path(params)[0]})
+    save_params(os.path.join(args.out, "params.npz"), params)
     name = f"phasekv-train-{args.model}-{args.size}-s{args.seed}"
     model.export_gguf(os.path.join(args.out, "model.gguf"), cfg, params, vocab, name)
     gates = model.gate_tensors(cfg, params)
