@@ -52,8 +52,7 @@ def main():
     params = model.init_params(cfg, a.seed)
     if a.init:
         params = train.load_params(a.init, params)
-    sched = optax.warmup_cosine_decay_schedule(0.0, a.lr, min(200, a.steps // 10), a.steps, a.lr * 0.05)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, b2=0.98, weight_decay=0.01))
+    opt = train.make_optimizer(a.lr, a.steps)
     state = opt.init(params)
     T = 1 + 4 * (a.R + a.Q)
 
@@ -76,9 +75,7 @@ def main():
         return jnp.asarray(np.stack(ids)), jnp.asarray(np.stack(w))
 
     def loss_fn(p, ids, w):
-        lp = jax.nn.log_softmax(model.forward(cfg, p, ids)[:, :-1], -1)
-        nll = -jnp.take_along_axis(lp, ids[:, 1:, None], -1)[..., 0]
-        hit = (jnp.argmax(lp, -1) == ids[:, 1:]).astype(jnp.float32)
+        nll, hit = train.next_token_nll(model.forward(cfg, p, ids), ids)
         ww = w[:, :-1]
         return jnp.sum(nll * ww) / jnp.sum(ww), jnp.sum(hit * ww) / jnp.sum(ww)
 

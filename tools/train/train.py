@@ -102,6 +102,20 @@ def load_params(path, like):
     return jax.tree_util.tree_unflatten(tree, out)
 
 
+def make_optimizer(lr, steps):
+    """AdamW (b2 0.98, weight decay 0.01) after global-norm clipping at 1, warm-up over
+    min(200, steps / 10) steps, then a cosine decay to 5 % of the peak `lr`"""
+    sched = optax.warmup_cosine_decay_schedule(0.0, lr, min(200, steps // 10), steps, lr * 0.05)
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, b2=0.98, weight_decay=0.01))
+
+
+def next_token_nll(logits, ids):
+    """(NLL of each next token, whether the argmax was it), for positions 0..T-2"""
+    lp = jax.nn.log_softmax(logits[:, :-1], -1)
+    nll = -jnp.take_along_axis(lp, ids[:, 1:, None], -1)[..., 0]
+    return nll, (jnp.argmax(lp, -1) == ids[:, 1:]).astype(jnp.float32)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, choices=sorted(MODELS))
@@ -140,15 +154,12 @@ def main():
     params = model.init_params(cfg, args.seed)
     if args.init:
         params = load_params(os.path.join(args.init, "params.npz"), params)
-    sched = optax.warmup_cosine_decay_schedule(0.0, lr, min(200, steps // 10), steps, lr * 0.05)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, b2=0.98, weight_decay=0.01))
+    opt = make_optimizer(lr, steps)
     state = opt.init(params)
 
     def loss_fn(p, ids, w, m):
         """(weighted loss, mean NLL of the looked-up values: m marks the '=' of each lookup)"""
-        logits = model.forward(cfg, p, ids)
-        lp = jax.nn.log_softmax(logits[:, :-1], -1)
-        nll = -jnp.take_along_axis(lp, ids[:, 1:, None], -1)[..., 0]
+        nll, _ = next_token_nll(model.forward(cfg, p, ids), ids)
         ww, mm = w[:, :-1], m[:, :-1]
         return jnp.sum(nll * ww) / jnp.sum(ww), jnp.sum(nll * mm) / jnp.sum(mm)
 
