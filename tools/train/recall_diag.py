@@ -7,8 +7,9 @@ size can learn in how many steps; docs/VALIDATION.md has its runs. Logged every 
 training batch's lookup NLL and greedy accuracy, and the same on 32 held-out sequences with the
 '=' (the format the self-test probes).
 
-Usage: recall_diag.py [--size micro] [--steps N] [--lr X] [--R 8] [--Q 16] [--sep 0|1]
-                      [--nosep-frac P] [--init PARAMS.npz] [--save PARAMS.npz]
+Usage: recall_diag.py [--size micro] [--steps N] [--lr X] [--constant-lr] [--qk-lr-mult M]
+                      [--R 8] [--Q 16] [--sep 0|1] [--nosep-frac P] [--init PARAMS.npz]
+                      [--save PARAMS.npz]
 """
 import argparse
 import math
@@ -33,6 +34,10 @@ def main():
     ap.add_argument("--size", default="micro", choices=sorted(train.SIZES))
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (warm-up 200 steps, cosine)")
+    ap.add_argument("--constant-lr", action="store_true", help="no cosine decay: the peak rate after the warm-up")
+    ap.add_argument("--qk-lr-mult", type=float, default=1.0,
+                    help="learning-rate multiplier for the attention's query and key weights (where the attention "
+                    "pattern is learned)")
     ap.add_argument("--R", type=int, default=8, help="records per sequence")
     ap.add_argument("--Q", type=int, default=16, help="lookups per sequence (with replacement)")
     ap.add_argument("--B", type=int, default=16, help="batch")
@@ -42,8 +47,8 @@ def main():
     ap.add_argument("--init", help="start from this params.npz (train.py's or this script's)")
     ap.add_argument("--save", help="write the final parameters here")
     a = ap.parse_args()
-    if a.R < 1 or a.Q < 1 or a.steps < 1 or not 0.0 <= a.nosep_frac <= 1.0:
-        sys.exit("recall_diag.py: --R, --Q, --steps must be >= 1 and --nosep-frac in [0, 1]")
+    if a.R < 1 or a.Q < 1 or a.steps < 1 or not 0.0 <= a.nosep_frac <= 1.0 or not 0.0 < a.qk_lr_mult < 1e3:
+        sys.exit("recall_diag.py: --R, --Q, --steps must be >= 1, --nosep-frac in [0, 1], --qk-lr-mult in (0, 1000)")
     voc = V.Vocab()
     words = np.array(voc.words)
     if 2 * a.R > len(words):
@@ -52,7 +57,12 @@ def main():
     params = model.init_params(cfg, a.seed)
     if a.init:
         params = train.load_params(a.init, params)
-    opt = train.make_optimizer(a.lr, a.steps)
+    opt = train.make_optimizer(a.lr, a.steps, a.constant_lr)
+    if a.qk_lr_mult != 1.0:  # Adam's update is proportional to the rate: scaling it scales the rate
+        labels = jax.tree_util.tree_map_with_path(
+            lambda path, _: "qk" if getattr(path[-1], "key", None) in ("attn_q", "attn_k") else "rest", params)
+        opt = optax.chain(opt, optax.transforms.partition({"qk": optax.scale(a.qk_lr_mult), "rest": optax.identity()},
+                                                          labels))
     state = opt.init(params)
     T = 1 + 4 * (a.R + a.Q)
 

@@ -102,10 +102,15 @@ def load_params(path, like):
     return jax.tree_util.tree_unflatten(tree, out)
 
 
-def make_optimizer(lr, steps):
+def make_optimizer(lr, steps, constant=False):
     """AdamW (b2 0.98, weight decay 0.01) after global-norm clipping at 1, warm-up over
-    min(200, steps / 10) steps, then a cosine decay to 5 % of the peak `lr`"""
-    sched = optax.warmup_cosine_decay_schedule(0.0, lr, min(200, steps // 10), steps, lr * 0.05)
+    min(200, steps / 10) steps, then a cosine decay to 5 % of the peak `lr` (or, with
+    `constant`, the peak `lr` to the end)"""
+    warmup = min(200, steps // 10)
+    if constant:
+        sched = optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), optax.constant_schedule(lr)], [warmup])
+    else:
+        sched = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, steps, lr * 0.05)
     return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, b2=0.98, weight_decay=0.01))
 
 
