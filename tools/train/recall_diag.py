@@ -33,7 +33,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="micro", choices=sorted(train.SIZES))
     ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (warm-up 200 steps, cosine)")
+    ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (warm-up over min(200, steps / 10) steps, then a cosine decay to 5 %%)")
     ap.add_argument("--constant-lr", action="store_true", help="no cosine decay: the peak rate after the warm-up")
     ap.add_argument("--qk-lr-mult", type=float, default=1.0,
                     help="learning-rate multiplier for the attention's query and key weights (where the attention "
