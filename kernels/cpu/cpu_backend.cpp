@@ -208,17 +208,27 @@ void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const 
 
 void CpuBackend::rope(float* x, int n, int n_heads, int head_dim, int first_pos, const float* inv_freq, int rope_dim,
                       bool interleaved, float pos_scale) {
-  float cos_t[512], sin_t[512];
   const int half = rope_dim / 2;
   for (int t = 0; t < n; ++t) {
+    // One position's tables serve every rope at that position: decode ropes Q and K of every
+    // layer at the same position, so the sines and cosines are computed once per token, not
+    // twice per layer (the same std::cos / std::sin calls: the same bits).
     const float pos = float(first_pos + t) * pos_scale;
-    for (int i = 0; i < half; ++i) {
-      const float angle = pos * inv_freq[i];
-      cos_t[i] = std::cos(angle);
-      sin_t[i] = std::sin(angle);
+    if (!(rope_cache_.valid && rope_cache_.pos == pos && rope_cache_.half == half &&
+          std::memcmp(rope_cache_.inv_freq, inv_freq, sizeof(float) * size_t(half)) == 0)) {
+      for (int i = 0; i < half; ++i) {
+        const float angle = pos * inv_freq[i];
+        rope_cache_.cos_t[i] = std::cos(angle);
+        rope_cache_.sin_t[i] = std::sin(angle);
+      }
+      rope_cache_.valid = true;
+      rope_cache_.pos = pos;
+      std::memcpy(rope_cache_.inv_freq, inv_freq, sizeof(float) * size_t(half));
+      rope_cache_.half = half;
     }
     for (int h = 0; h < n_heads; ++h)
-      cpu::rope_apply(x + size_t(t) * n_heads * head_dim + size_t(h) * head_dim, cos_t, sin_t, rope_dim, interleaved);
+      cpu::rope_apply(x + size_t(t) * n_heads * head_dim + size_t(h) * head_dim, rope_cache_.cos_t,
+                      rope_cache_.sin_t, rope_dim, interleaved);
   }
 }
 
@@ -404,7 +414,28 @@ void CpuBackend::compress_reset(float* acc, int n_windows, int n_kv_heads, int d
   }
 }
 
-void CpuBackend::silu_mul(const float* g, const float* u, float* out, size_t n) { cpu::silu_mul(g, u, out, int(n)); }
+namespace {
+struct SiluJob {
+  const float *g, *u;
+  float* out;
+  size_t n, chunk;
+};
+void silu_task(void* ctx, int task, int /*thread*/) {
+  const SiluJob& j = *static_cast<const SiluJob*>(ctx);
+  const size_t b = size_t(task) * j.chunk, e = std::min(j.n, b + j.chunk);
+  cpu::silu_mul(j.g + b, j.u + b, j.out + b, int(e - b));
+}
+}  // namespace
+
+// Element-wise, so split across the pool (an exp per element: in decode the other threads
+// would otherwise wait ~8 us per layer for the caller); any split gives the same bits.
+void CpuBackend::silu_mul(const float* g, const float* u, float* out, size_t n) {
+  constexpr size_t kMinChunk = 512;
+  const int tasks = int(std::min<size_t>(size_t(pool_.size()), n / kMinChunk));
+  if (tasks <= 1) return cpu::silu_mul(g, u, out, int(n));
+  SiluJob j{g, u, out, n, (n + size_t(tasks) - 1) / size_t(tasks)};
+  pool_.run(tasks, silu_task, &j);
+}
 
 void CpuBackend::add(float* x, const float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = x[i] + y[i];

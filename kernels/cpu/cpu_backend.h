@@ -64,6 +64,14 @@ class CpuBackend final : public Backend {
   int xq_tokens_ = 0;
   size_t scratch_stride_ = 0;    // floats per thread: 4 * max_k (matmul) or n_ctx (scores)
   int max_rope_half_ = 0;
+  // The last position's rope tables (rope()): reused while the position and the frequencies'
+  // values (compared, not their address) match.
+  struct RopeCache {
+    bool valid = false;
+    float pos = 0.0f;
+    int half = 0;
+    float inv_freq[512], cos_t[512], sin_t[512];
+  } rope_cache_;
 };
 
 }  // namespace phasekv
