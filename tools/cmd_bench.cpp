@@ -69,8 +69,6 @@ Stats stats(const std::vector<double>& v) {
   return s;
 }
 
-// Read bandwidth of this machine with the same thread count: each thread sums its slice of a
-// 256 MiB buffer (larger than any cache), best of 3.
 int run_bench(const BenchArgs& a) {
   std::unique_ptr<Model> model;
   Status s = Model::load(a.model, a.be.load_options(), &model);
@@ -147,8 +145,6 @@ int run_bench(const BenchArgs& a) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const uint64_t peak_rss = uint64_t(ru.ru_maxrss) * 1024;
-  const ReadBandwidth bw = measure_read_bandwidth(cp.n_threads);
-  const double gbs = bw.gbs;
   // Bytes a decode step reads: every matmul weight once, plus one embedding row.
   uint64_t per_token = 0;
   for (uint32_t l = 0; l < model->config().n_layers; ++l) {
@@ -157,6 +153,14 @@ int run_bench(const BenchArgs& a) {
       per_token += w->row_bytes * uint64_t(w->rows);
   }
   per_token += model->output().row_bytes * uint64_t(model->output().rows) + model->token_embd().row_bytes;
+  // The roofline divides by the faster of two read loops on the same threads: over DRAM (a
+  // buffer 8x the last-level cache) and over a buffer the size of decode's working set, re-read
+  // as decode re-reads its weights. Where the weights fit (in part) in the last-level cache --
+  // SmolLM2's 92 MiB on a CPU with 260 MiB of L3 -- the second is the honest ceiling.
+  const ReadBandwidth bw_dram = measure_read_bandwidth(cp.n_threads);
+  const ReadBandwidth bw_ws = measure_read_bandwidth(cp.n_threads, size_t(per_token));
+  const ReadBandwidth& bw = bw_ws.gbs > bw_dram.gbs ? bw_ws : bw_dram;
+  const double gbs = bw.gbs;
   const double roofline = gbs * 1e9 / double(per_token);
   const Stats sp = stats(pp.empty() ? std::vector<double>{0} : pp);
   const Stats sg = stats(tg.empty() ? std::vector<double>{0} : tg);
@@ -185,6 +189,10 @@ int run_bench(const BenchArgs& a) {
                         {"read_bandwidth_gbs", gbs},
                         {"read_bandwidth_loop", bw.loop},
                         {"read_bandwidth_buffer_mib", bw.buffer_mib},
+                        {"read_bandwidth_dram_gbs", bw_dram.gbs},
+                        {"read_bandwidth_dram_buffer_mib", bw_dram.buffer_mib},
+                        {"read_bandwidth_working_set_gbs", bw_ws.gbs},
+                        {"read_bandwidth_working_set_mib", bw_ws.buffer_mib},
                         {"decode_roofline_tok_s", roofline},
                         {"decode_roofline_fraction", tg.empty() ? 0.0 : sg.mean / roofline}};
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -207,7 +215,9 @@ int run_bench(const BenchArgs& a) {
               "tok/s",
               double(per_token) / 1048576.0, gbs, bw.loop, bw.buffer_mib, cp.n_threads, roofline);
   if (!tg.empty()) std::printf("; decode at %.0f %% of it", 100.0 * sg.mean / roofline);
-  std::printf("\n");
+  std::printf("\n           (read loops: DRAM %.1f GB/s over %.0f MiB, decode's working set %.1f GB/s over %.0f MiB; "
+              "the roofline takes the faster)\n",
+              bw_dram.gbs, bw_dram.buffer_mib, bw_ws.gbs, bw_ws.buffer_mib);
   return kExitOk;
 }
 

@@ -56,11 +56,12 @@ bool have_avx2() {
 
 }  // namespace
 
-ReadBandwidth measure_read_bandwidth(int threads) {
+ReadBandwidth measure_read_bandwidth(int threads, size_t working_set) {
   ReadBandwidth r;
   long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  const size_t bytes = std::max<size_t>(size_t(512) << 20, size_t(std::max(llc, 0L)) * 8);
+  const size_t bytes = working_set > 0 ? std::max<size_t>(working_set & ~size_t(127), size_t(1) << 20)
+                                       : std::max<size_t>(size_t(512) << 20, size_t(std::max(llc, 0L)) * 8);
   const size_t n = bytes / sizeof(float);
   float* buf = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
   if (!buf) return r;
@@ -82,22 +83,33 @@ ReadBandwidth measure_read_bandwidth(int threads) {
     for (auto& th : ts) th.join();
   }
   std::vector<float> sums(static_cast<size_t>(threads));
-  for (int rep = 0; rep < 5; ++rep) {
+  // The DRAM buffer: 5 repetitions of one pass over >= 512 MiB. A working set: one warm-up
+  // repetition, then at least 20 and 0.5 s, each thread reading its slice 4 times per repetition
+  // (so that starting the threads, ~0.1 ms, stays below 1 % of a repetition's time).
+  const int min_reps = working_set > 0 ? 21 : 5;
+  const int passes = working_set > 0 ? 4 : 1;
+  const auto start = std::chrono::steady_clock::now();
+  for (int rep = 0; rep < min_reps || (working_set > 0 && std::chrono::duration<double>(
+                                                                std::chrono::steady_clock::now() - start)
+                                                                    .count() < 0.5);
+       ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> ts;
     for (int t = 0; t < threads; ++t)
       ts.emplace_back([&, t] {
         size_t a, b;
         slice(t, &a, &b);
+        for (int k = 0; k < passes; ++k) {
 #if defined(__x86_64__)
-        sums[size_t(t)] = avx2 ? read_avx2(buf + a, b - a) : read_scalar(buf + a, b - a);
+          sums[size_t(t)] += avx2 ? read_avx2(buf + a, b - a) : read_scalar(buf + a, b - a);
 #else
-        sums[size_t(t)] = read_scalar(buf + a, b - a);
+          sums[size_t(t)] += read_scalar(buf + a, b - a);
 #endif
+        }
       });
     for (auto& th : ts) th.join();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    r.gbs = std::max(r.gbs, double(bytes) / secs / 1e9);
+    if (working_set == 0 || rep > 0) r.gbs = std::max(r.gbs, double(bytes) * passes / secs / 1e9);
   }
   float total = 0;
   for (float x : sums) total += x;
