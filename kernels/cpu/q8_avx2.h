@@ -5,6 +5,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "q8_impl.h"
 
 namespace phasekv {
@@ -133,6 +135,64 @@ struct PKV_Q8_AVX2_POLICY {
     // |w| <= 128 and |x| <= 127: a pair of products stays below 2^15, no saturation.
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
+  }
+  // Decode (1 token) of Q4_0 / Q4_1, four rows at a time, with the per-block work that does not
+  // depend on the row done once for all four: one F16C conversion of the four rows' headers
+  // [d0, m0, d1, m1, d2, m2, d3, m3], one multiply for the eight scales d_r * d_x,h (each row's
+  // lane scales then a permute), one FMA for the four minimum terms (lane 2r + 1). Every output
+  // gets tile<P, T, 4, 1>'s operations on tile's values -- the same products, fused in the same
+  // order -- so the same bits (tests/unit/test_q8.cpp checks every instruction set against the
+  // portable kernels); per row and block it saves three of the FMA ports' seven operations,
+  // the ports that bound this loop when the weights come from cache.
+  static constexpr bool kHasDecode4 = true;
+  template <DType T>
+  static constexpr bool decode4_ok() {
+    return T == DType::Q4_0 || T == DType::Q4_1;
+  }
+  template <DType T>
+  static void decode4(const MatmulArgs& a, int r0) {
+    constexpr int kBytes = T == DType::Q4_1 ? 20 : 18, kQs = T == DType::Q4_1 ? 4 : 2;
+    const int nb = a.k / 32;
+    const uint8_t* rows[4];
+    for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 accm = _mm256_setzero_ps();
+    const __m256i shift = _mm256_setr_epi64x(0, 0, 4, 4);
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i pick_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    const __m256i row_idx[4] = {_mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), _mm256_setr_epi32(1, 1, 1, 1, 5, 5, 5, 5),
+                                _mm256_setr_epi32(2, 2, 2, 2, 6, 6, 6, 6), _mm256_setr_epi32(3, 3, 3, 3, 7, 7, 7, 7)};
+    for (int b = 0; b < nb; ++b) {
+      const BlockQ8x& x = a.xq[b];
+      const __m256 xs = xscale(x);  // [d_x0 x4, d_x1 x4]
+      __m256 hdr;                   // [d_r, m_r] per row
+      if constexpr (T == DType::Q4_1) {
+        uint32_t h[4];
+        PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 4);
+        hdr = _mm256_cvtph_ps(_mm_setr_epi32(int(h[0]), int(h[1]), int(h[2]), int(h[3])));
+      } else {  // [d_r, -8 d_r]: d times 1 and -8, exact (load_scales' values)
+        uint16_t h[4];
+        for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 2);
+        const __m128 d4 = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
+        hdr = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
+                            _mm256_setr_ps(1.0f, -8.0f, 1.0f, -8.0f, 1.0f, -8.0f, 1.0f, -8.0f));
+      }
+      // Lanes r and r + 4: d_r * d_x0 and d_r * d_x1 (scale()'s products).
+      const __m256 sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick_d), xs);
+      // Lane 2r + 1: m_r * s + acc (fma_min1's), the even lanes d_r * 0 + 0, never read.
+      const __m256 s = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
+      accm = _mm256_fmadd_ps(hdr, s, accm);
+      PKV_UNROLL for (int r = 0; r < 4; ++r) {  // unrolled: acc[] stays in registers
+        const uint8_t* blk = rows[r] + size_t(b) * kBytes;
+        __builtin_prefetch(blk + PKV_Q8_PREFETCH);
+        const __m256i packed = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQs)));
+        const __m256i w = _mm256_and_si256(_mm256_srlv_epi64(packed, shift), low4);
+        acc[r] = fma(acc[r], _mm256_permutevar8x32_ps(sp, row_idx[r]), lanes<T>(w, x.q));
+      }
+    }
+    alignas(32) float m[8];
+    _mm256_store_ps(m, accm);
+    PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = hsum(acc[r]) + m[2 * r + 1];
   }
   static A zero() { return _mm256_setzero_ps(); }
   static A fma(A acc, S s, L l) { return _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(l), acc); }

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu_kernels.h"
 
@@ -234,11 +235,23 @@ inline void tile_rows(const MatmulArgs& a, int r0, int t0, int t1) {
 #define PKV_Q8_TOKEN_BLOCK 16
 #endif
 
+// Whether policy P has a decode kernel of its own for 4 rows (P::decode4<T>, for the types
+// P::decode4_ok<T>() names), equal bit for bit to tile<P, T, 4, 1>.
+template <class P, class = void>
+struct HasDecode4 : std::false_type {};
+template <class P>
+struct HasDecode4<P, std::void_t<decltype(P::kHasDecode4)>> : std::true_type {};
+
 template <class P, DType T>
 void rows(const MatmulArgs& a, int row_begin, int row_end) {
   // Decode (one token) takes 4 rows at a time; prefill P::kRows rows x P::kTokens tokens.
   if (a.n_tok == 1) {
     int r = row_begin;
+    if constexpr (HasDecode4<P>::value) {
+      if constexpr (P::template decode4_ok<T>()) {
+        for (; r + 4 <= row_end; r += 4) P::template decode4<T>(a, r);
+      }
+    }
     for (; r + 4 <= row_end; r += 4) tile<P, T, 4, 1>(a, r, 0);
     for (; r < row_end; ++r) tile<P, T, 1, 1>(a, r, 0);
     return;
