@@ -63,7 +63,6 @@ class CpuBackend final : public Backend {
   cpu::BlockQ8x* xq_ = nullptr;  // [max_tokens, max_k / 32] the q8 mode's quantized activations
   int xq_tokens_ = 0;
   size_t scratch_stride_ = 0;    // floats per thread: 4 * max_k (matmul) or n_ctx (scores)
-  int max_rope_half_ = 0;
   // The last position's rope tables (rope()): reused while the position and the frequencies'
   // values (compared, not their address) match.
   struct RopeCache {

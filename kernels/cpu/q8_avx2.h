@@ -151,14 +151,12 @@ struct PKV_Q8_AVX2_POLICY {
   }
   template <DType T>
   static void decode4(const MatmulArgs& a, int r0) {
-    constexpr int kBytes = T == DType::Q4_1 ? 20 : 18, kQs = T == DType::Q4_1 ? 4 : 2;
+    constexpr int kBytes = block_bytes<T>();
     const int nb = a.k / 32;
     const uint8_t* rows[4];
     for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     __m256 accm = _mm256_setzero_ps();
-    const __m256i shift = _mm256_setr_epi64x(0, 0, 4, 4);
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
     const __m256i pick_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
     const __m256i row_idx[4] = {_mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), _mm256_setr_epi32(1, 1, 1, 1, 5, 5, 5, 5),
                                 _mm256_setr_epi32(2, 2, 2, 2, 6, 6, 6, 6), _mm256_setr_epi32(3, 3, 3, 3, 7, 7, 7, 7)};
@@ -170,12 +168,13 @@ struct PKV_Q8_AVX2_POLICY {
         uint32_t h[4];
         PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 4);
         hdr = _mm256_cvtph_ps(_mm_setr_epi32(int(h[0]), int(h[1]), int(h[2]), int(h[3])));
-      } else {  // [d_r, -8 d_r]: d times 1 and -8, exact (load_scales' values)
+      } else {  // Q4_0: [d_r, -8 d_r], d times 1 and -8, exact (load_scales' values)
+        constexpr float kMin = float(-offset_w<T>());
         uint16_t h[4];
-        for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 2);
+        PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 2);
         const __m128 d4 = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
         hdr = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
-                            _mm256_setr_ps(1.0f, -8.0f, 1.0f, -8.0f, 1.0f, -8.0f, 1.0f, -8.0f));
+                            _mm256_setr_ps(1.0f, kMin, 1.0f, kMin, 1.0f, kMin, 1.0f, kMin));
       }
       // Lanes r and r + 4: d_r * d_x0 and d_r * d_x1 (scale()'s products).
       const __m256 sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick_d), xs);
@@ -185,9 +184,7 @@ struct PKV_Q8_AVX2_POLICY {
       PKV_UNROLL for (int r = 0; r < 4; ++r) {  // unrolled: acc[] stays in registers
         const uint8_t* blk = rows[r] + size_t(b) * kBytes;
         __builtin_prefetch(blk + PKV_Q8_PREFETCH);
-        const __m256i packed = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQs)));
-        const __m256i w = _mm256_and_si256(_mm256_srlv_epi64(packed, shift), low4);
-        acc[r] = fma(acc[r], _mm256_permutevar8x32_ps(sp, row_idx[r]), lanes<T>(w, x.q));
+        acc[r] = fma(acc[r], _mm256_permutevar8x32_ps(sp, row_idx[r]), lanes<T>(load_w<T>(blk, 0), x.q));
       }
     }
     alignas(32) float m[8];

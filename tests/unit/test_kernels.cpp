@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu_backend.h"
 #include "cpu_kernels.h"
 
 using namespace phasekv;
@@ -158,4 +159,38 @@ TEST_CASE("rmsnorm, rope, silu and softmax against hand-derived values") {
   const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
   CHECK(sm[0] == doctest::Approx(std::exp(1.0) / z));
   CHECK(sm[2] == doctest::Approx(std::exp(3.0) / z));
+}
+
+TEST_CASE("CpuBackend: rope reuses a position's tables only for the same frequencies and split SiLU equals the unsplit kernel") {
+  CpuBackend be(2);
+  // One pair (rope_dim 2) rotated by pos * f: (1, 0) -> (cos, sin). The same frequency buffer
+  // rewritten between two calls at the same position must not give the first call's tables.
+  float f[1] = {0.5f};
+  auto rotate = [&](int pos) {
+    float v[2] = {1.0f, 0.0f};
+    be.rope(v, 1, 1, 2, pos, f, 2, false, 1.0f);
+    return std::vector<float>{v[0], v[1]};
+  };
+  std::vector<float> r = rotate(3);
+  CHECK(r[0] == doctest::Approx(std::cos(1.5)));
+  CHECK(r[1] == doctest::Approx(std::sin(1.5)));
+  r = rotate(3);  // a table hit: the same values
+  CHECK(r[0] == doctest::Approx(std::cos(1.5)));
+  f[0] = 0.25f;  // same address, new value
+  r = rotate(3);
+  CHECK(r[0] == doctest::Approx(std::cos(0.75)));
+  CHECK(r[1] == doctest::Approx(std::sin(0.75)));
+  r = rotate(4);
+  CHECK(r[0] == doctest::Approx(std::cos(1.0)));
+  CHECK(r[1] == doctest::Approx(std::sin(1.0)));
+  // SiLU(g) * u split into per-thread chunks equals the unsplit kernel bit for bit, tails included.
+  for (size_t n : {size_t(1), size_t(511), size_t(1024), size_t(1537), size_t(4099)}) {
+    std::mt19937 rng{unsigned(n)};
+    std::uniform_real_distribution<float> dist(-6.0f, 6.0f);
+    std::vector<float> g(n), u(n), split(n, -1.0f), whole(n);
+    for (size_t i = 0; i < n; ++i) g[i] = dist(rng), u[i] = dist(rng);
+    be.silu_mul(g.data(), u.data(), split.data(), n);
+    cpu::silu_mul(g.data(), u.data(), whole.data(), int(n));
+    CHECK(std::memcmp(split.data(), whole.data(), n * sizeof(float)) == 0);
+  }
 }
