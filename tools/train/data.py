@@ -16,6 +16,8 @@ QUERIES = 0         # lookups per sequence (0: T/16, at least 4)
 REPLACE = False     # lookups drawn with replacement (no answer can be had by elimination)
 SEP = True          # records "key = value" (False: "key value", a diagnostic: plain one-step induction)
 REPEAT = 0.0        # share of filler lines that repeat the start of an earlier one (induction practice)
+DENSE = 0.0         # share of sequences that are dense recall (sample_dense: records, then lookups to the end)
+DENSE_RECORDS = 8   # records per dense sequence
 
 
 def sample(rng, vocab, T, records=0):
@@ -76,6 +78,41 @@ def sample(rng, vocab, T, records=0):
     return np.array(ids, np.int32), np.array(weights, np.float32), lookups
 
 
-def batch(rng, vocab, B, T, records=0):
-    ids, w, lk = zip(*(sample(rng, vocab, T, records) for _ in range(B)))
+def sample_dense(rng, vocab, T, R):
+    """Dense recall (Zoology's MQAR, with the mix's record format): 0-7 pads, R records, then
+    lookups drawn with replacement until T is full (pads after the last whole one). The start pads
+    put the values on every residue mod 8. Same return values as sample()."""
+    sep = [vocab.sep] if SEP else []
+    L = 3 + len(sep)
+    start = int(rng.integers(0, 8))
+    Q = (T - 1 - start - L * R) // L
+    if Q < 1:
+        raise ValueError(f"dense recall: T {T} holds no lookup after {R} records")
+    kv = rng.choice(vocab.words, size=2 * R, replace=False)
+    keys, vals = kv[:R], kv[R:]
+    ids = [vocab.bos] + [vocab.pad] * start
+    value_pos = {}
+    for x in rng.permutation(R):
+        ids += [int(keys[x])] + sep
+        value_pos[int(x)] = len(ids)
+        ids += [int(vals[x]), vocab.newline]
+    weights = [LM_WEIGHT] * len(ids)
+    lookups = []
+    for x in rng.choice(R, size=Q):
+        ids += [int(keys[x])] + sep
+        weights += [LM_WEIGHT] * len(sep) + [1.0]
+        lookups.append((len(ids) - 1, value_pos[int(x)]))
+        ids += [int(vals[x]), vocab.newline]
+        weights += [LM_WEIGHT, LM_WEIGHT]
+    weights += [0.0] * (T - len(ids))
+    ids += [vocab.pad] * (T - len(ids))
+    weights[-1] = 0.0
+    return np.array(ids, np.int32), np.array(weights, np.float32), lookups
+
+
+def batch(rng, vocab, B, T, records=0, dense=None):
+    """B sequences; a share `dense` (default DENSE) of them dense recall (no record curriculum)."""
+    dense = DENSE if dense is None else dense
+    ids, w, lk = zip(*(sample_dense(rng, vocab, T, DENSE_RECORDS) if dense > 0 and not records and rng.random() < dense
+                       else sample(rng, vocab, T, records) for _ in range(B)))
     return np.stack(ids), np.stack(w), list(lk)

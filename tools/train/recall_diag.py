@@ -9,7 +9,15 @@ training batch's lookup NLL and greedy accuracy, and the same on 32 held-out seq
 
 Usage: recall_diag.py [--size micro] [--steps N] [--lr X] [--constant-lr] [--qk-lr-mult M]
                       [--R 8] [--Q 16] [--sep 0|1] [--nosep-frac P] [--init PARAMS.npz]
-                      [--save PARAMS.npz]
+                      [--save PARAMS.npz] [--offset-init [--freeze-offset]] [--aux-periodic P]
+
+Attempts at the '=' plateau (docs/VALIDATION.md has the runs): --offset-init starts layer 0's
+heads 0 and 1 as content-independent heads that attend one and two tokens back (the
+previous-token and two-back heads the composed circuit needs; tools/train/offset_heads.py),
+--freeze-offset also holds their attention pattern during training (this is what works: train.py
+--offset-heads), --aux-periodic P replaces a share P of the training sequences by random
+sequences of period 2 or 3 (supervised after the first period), which a one-layer head solves by
+looking 1 or 2 tokens back, so those heads would get a direct gradient (it did not help).
 """
 import argparse
 import math
@@ -25,6 +33,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 import model  # noqa: E402
+from offset_heads import freeze_offset_update, offset_init  # noqa: E402
 import train  # noqa: E402
 import vocab as V  # noqa: E402
 
@@ -46,15 +55,28 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init", help="start from this params.npz (train.py's or this script's)")
     ap.add_argument("--save", help="write the final parameters here")
+    ap.add_argument("--offset-init", action="store_true",
+                    help="layer 0's heads 0 and 1 start as fixed-offset heads (1 and 2 tokens back)")
+    ap.add_argument("--freeze-offset", action="store_true",
+                    help="with --offset-init: keep those two heads' query and key rows, layer 0's attention norm and "
+                    "the embeddings' shared component fixed during training")
+    ap.add_argument("--aux-periodic", type=float, default=0.0,
+                    help="share of training sequences that are random sequences of period 2 or 3")
     a = ap.parse_args()
-    if a.R < 1 or a.Q < 1 or a.steps < 1 or not 0.0 <= a.nosep_frac <= 1.0 or not 0.0 < a.qk_lr_mult < 1e3:
-        sys.exit("recall_diag.py: --R, --Q, --steps must be >= 1, --nosep-frac in [0, 1], --qk-lr-mult in (0, 1000)")
+    if a.R < 1 or a.Q < 1 or a.steps < 1 or not 0.0 <= a.nosep_frac <= 1.0 or not 0.0 < a.qk_lr_mult < 1e3 \
+            or not 0.0 <= a.aux_periodic < 1.0:
+        sys.exit("recall_diag.py: --R, --Q, --steps must be >= 1, --nosep-frac in [0, 1], --qk-lr-mult in (0, 1000), --aux-periodic in [0, 1)")
     voc = V.Vocab()
     words = np.array(voc.words)
     if 2 * a.R > len(words):
         sys.exit(f"recall_diag.py: --R {a.R} needs {2 * a.R} distinct words, the vocabulary has {len(words)}")
     cfg = train.make_config(a.size, "full", voc)
     params = model.init_params(cfg, a.seed)
+    if a.freeze_offset and not a.offset_init:
+        sys.exit("recall_diag.py: --freeze-offset needs --offset-init")
+    u = None
+    if a.offset_init:
+        params, u = offset_init(cfg, params, a.seed)
     if a.init:
         params = train.load_params(a.init, params)
     opt = train.make_optimizer(a.lr, a.steps, a.constant_lr)
@@ -80,8 +102,20 @@ def main():
         ids += [voc.pad] * (T - len(ids))
         return np.array(ids, np.int32), w
 
+    def periodic(rng):
+        per = int(rng.integers(2, 4))
+        ids = np.array([voc.bos] + list(np.resize(rng.choice(words, size=per, replace=False), T - 1)), np.int32)
+        w = np.zeros(T, np.float32)
+        w[per:T - 1] = a.Q / (T - 1 - per)  # the prediction at t is ids[t + 1]; as much weight as a recall sequence
+        return ids, w
+
+    def one(rng, force_sep):
+        if not force_sep and a.aux_periodic > 0 and rng.random() < a.aux_periodic:
+            return periodic(rng)
+        return sample(rng, force_sep or (a.sep == 1 and rng.random() >= a.nosep_frac))
+
     def batch(rng, n, force_sep=False):
-        ids, w = zip(*(sample(rng, force_sep or (a.sep == 1 and rng.random() >= a.nosep_frac)) for _ in range(n)))
+        ids, w = zip(*(one(rng, force_sep) for _ in range(n)))
         return jnp.asarray(np.stack(ids)), jnp.asarray(np.stack(w))
 
     def loss_fn(p, ids, w):
@@ -93,6 +127,8 @@ def main():
     def step(p, s, ids, w):
         (loss, acc), g = jax.value_and_grad(loss_fn, has_aux=True)(p, ids, w)
         upd, s = opt.update(g, s, p)
+        if a.freeze_offset:
+            upd = freeze_offset_update(upd, u, cfg["head_dim"])
         return optax.apply_updates(p, upd), s, loss, acc
 
     evaluate = jax.jit(loss_fn)

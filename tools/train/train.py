@@ -12,6 +12,9 @@ Models (same size, data and steps within a size):
   w8s8 w8s4 w4s4  every layer compressed, learned scalar gates (per-offset maps and biases), L = 16
   w8s8-uniform  every layer compressed, uniform (mean-pooling) gates
 Deterministic on the CPU for a fixed seed (numpy data and initialisation, XLA CPU kernels).
+--offset-heads (layer 0's two fixed-offset heads, tools/train/offset_heads.py) and --dense P
+(a share of dense-recall sequences) are what make the models learn the "key = value" retrieval
+within a few thousand steps (docs/VALIDATION.md); train.sh's micro6 grid uses both.
 """
 import argparse
 import json
@@ -29,6 +32,7 @@ import optax  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import data  # noqa: E402
 import model  # noqa: E402
+from offset_heads import freeze_offset_update, offset_init  # noqa: E402
 from safetensors_io import write_safetensors  # noqa: E402
 from vocab import Vocab  # noqa: E402
 
@@ -70,7 +74,7 @@ def lookup_accuracy(cfg, params, vocab, rng, n_seq, T, P, bs=16):
     fwd = jax.jit(lambda p, x: model.forward(cfg, p, x))
     hits, count = np.zeros(P), np.zeros(P)
     for _ in range(max(1, n_seq // bs)):
-        ids, _, lookups = data.batch(rng, vocab, bs, T)
+        ids, _, lookups = data.batch(rng, vocab, bs, T, dense=0.0)
         pred = np.asarray(jnp.argmax(fwd(params, jnp.asarray(ids)), -1))
         for b, lk in enumerate(lookups):
             for q, vp in lk:
@@ -144,6 +148,12 @@ def main():
     ap.add_argument("--lm-weight", type=float, default=0.1, help="loss weight of the non-lookup predictions")
     ap.add_argument("--init", default="", metavar="DIR",
                     help="start from the parameters another run of the same model and size saved (DIR/params.npz)")
+    ap.add_argument("--dense", type=float, default=0.0, metavar="P",
+                    help="share of training sequences that are dense recall (records, then lookups to the end, no "
+                    "filler; the held-out checks stay on the mix)")
+    ap.add_argument("--offset-heads", action="store_true",
+                    help="layer 0's heads 0 and 1 start as fixed-offset heads (1 and 2 tokens back) and keep that "
+                    "attention pattern (tools/train/offset_heads.py: what breaks the '=' plateau)")
     ap.add_argument("--out", required=True, help="output directory (created)")
     args = ap.parse_args()
 
@@ -151,12 +161,18 @@ def main():
     data.QUERIES, data.REPLACE, data.REPEAT, data.LM_WEIGHT = (args.queries, args.with_replacement, args.repeat,
                                                                args.lm_weight)
     data.SEP = not args.no_sep
+    if not 0.0 <= args.dense <= 1.0:
+        sys.exit(f"train.py: --dense {args.dense}: a share in [0, 1]")
+    data.DENSE = args.dense
     vocab = Vocab()
     z = SIZES[args.size]
     steps = args.steps or z["steps"]
     lr = args.lr or z["lr"]
     cfg = make_config(args.size, args.model, vocab)
     params = model.init_params(cfg, args.seed)
+    u = None
+    if args.offset_heads:
+        params, u = offset_init(cfg, params, args.seed)
     if args.init:
         params = load_params(os.path.join(args.init, "params.npz"), params)
     opt = make_optimizer(lr, steps)
@@ -179,6 +195,8 @@ def main():
     def step(p, s, ids, w, m):
         (loss, lookup_nll), g = jax.value_and_grad(loss_fn, has_aux=True)(p, ids, w, m)
         upd, s = opt.update(g, s, p)
+        if u is not None:
+            upd = freeze_offset_update(upd, u, cfg["head_dim"])
         return optax.apply_updates(p, upd), s, loss, lookup_nll
 
     rng = np.random.default_rng(1000 + args.seed)
@@ -208,7 +226,7 @@ def main():
         a, c = lookup_accuracy(cfg, params, vocab, np.random.default_rng(7), 512, short_T, P)
         acc_short = round(float(np.sum(a * c) / np.sum(c)), 4)
     eval_rng = np.random.default_rng(99)
-    ids, w, lk = data.batch(eval_rng, vocab, 32, z["T"])
+    ids, w, lk = data.batch(eval_rng, vocab, 32, z["T"], dense=0.0)
     eval_loss = float(loss_fn(params, jnp.asarray(ids), jnp.asarray(w), lookup_mask(ids, lk))[0])
 
     save_params(os.path.join(args.out, "params.npz"), params)
@@ -238,7 +256,8 @@ def main():
             "lookup_acc_mean": round(float(np.sum(acc * cnt) / np.sum(cnt)), 4),
             "lookup_acc_mean_short": acc_short, "data": {"queries": data.QUERIES, "with_replacement": data.REPLACE,
                                                          "repeat": data.REPEAT, "lm_weight": data.LM_WEIGHT,
-                                                         "sep": data.SEP}}
+                                                         "sep": data.SEP, "dense": data.DENSE},
+            "offset_heads": bool(args.offset_heads)}
     with open(os.path.join(args.out, "train.json"), "w") as f:
         json.dump(info, f, indent=1)
     print(f"[train] {name}: eval loss {eval_loss:.4f}, lookup accuracy {info['lookup_acc_mean']:.3f} "
