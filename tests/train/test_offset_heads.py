@@ -10,13 +10,19 @@ data.sample_dense), against values computed here independently of the code under
 2. freeze_offset_update: on a random update, the rows of heads 0 and 1 in layer 0's query and
    key weights and layer 0's attention norm get no change, the embeddings none along u, and
    every other entry is left exactly as it was.
-3. data.sample_dense: every lookup's '=' follows a record's key and the token after it is that
+3. train.py wires the hold in: after 3 training steps with --offset-heads (a W8/S8 micro model),
+   the saved parameters keep offset_init's query/key rows of heads 0-1 and layer 0's attention
+   norm bit for bit and the embeddings' component along u to 1e-6, while the other heads' rows
+   and the embeddings did change (so the steps did train).
+4. data.sample_dense: every lookup's '=' follows a record's key and the token after it is that
    record's value; length T; loss weight 1 exactly at the lookups; the start pads put the values
    on all 8 residues over a few hundred samples.
 Exit 0 when all hold; prints what failed otherwise.
 """
 import os
+import subprocess
 import sys
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,6 +113,29 @@ def main():
         for name in ("attn_v", "attn_output", "ffn_up", "cmp_k_gate.weight"):
             check(np.array_equal(np.asarray(out["blk"][0][name]), np.asarray(upd["blk"][0][name])),
                   f"{size}: layer 0 {name} update altered")
+
+    # train.py's step holds the heads: 3 steps, then compare with offset_init's values
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
+        r = subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tools", "train", "train.py"), "--model",
+                            "w8s8", "--size", "micro", "--steps", "3", "--seed", "4", "--offset-heads", "--out", tmp],
+                           env=env, capture_output=True, text=True)
+        check(r.returncode == 0, f"train.py --offset-heads failed: {r.stderr[-500:]}")
+        if r.returncode == 0:
+            cfg = train.make_config("micro", "w8s8", voc)
+            p0, u = offset_heads.offset_init(cfg, model.init_params(cfg, 4), 4)
+            p1 = train.load_params(os.path.join(tmp, "params.npz"), p0)
+            HD = cfg["head_dim"]
+            for name in ("attn_q", "attn_k"):
+                a0, a1 = np.asarray(p0["blk"][0][name]), np.asarray(p1["blk"][0][name])
+                check(np.array_equal(a0[:2 * HD], a1[:2 * HD]), f"train.py: {name} rows of heads 0-1 changed")
+                check(not np.array_equal(a0[2 * HD:], a1[2 * HD:]), f"train.py: {name} rows of heads 2-3 did not train")
+            check(np.array_equal(np.asarray(p0["blk"][0]["attn_norm"]), np.asarray(p1["blk"][0]["attn_norm"])),
+                  "train.py: layer 0's attention norm changed")
+            e0, e1 = np.asarray(p0["token_embd"], np.float64), np.asarray(p1["token_embd"], np.float64)
+            uu = np.asarray(u, np.float64)
+            check(not np.array_equal(e0, e1), "train.py: the embeddings did not train")
+            check(np.max(np.abs((e1 - e0) @ uu)) < 1e-6, "train.py: the embeddings moved along u")
 
     # dense recall sequences
     rng = np.random.default_rng(9)

@@ -74,6 +74,8 @@ def main():
     params = model.init_params(cfg, a.seed)
     if a.freeze_offset and not a.offset_init:
         sys.exit("recall_diag.py: --freeze-offset needs --offset-init")
+    if a.offset_init and a.init:
+        sys.exit("recall_diag.py: --offset-init starts a model; it cannot be combined with --init")
     u = None
     if a.offset_init:
         params, u = offset_init(cfg, params, a.seed)

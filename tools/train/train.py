@@ -170,6 +170,15 @@ def main():
     lr = args.lr or z["lr"]
     cfg = make_config(args.size, args.model, vocab)
     params = model.init_params(cfg, args.seed)
+    if args.offset_heads and args.init:
+        sys.exit("train.py: --offset-heads starts a model; it cannot be combined with --init (the loaded heads "
+                 "would not be the ones the update holds)")
+    if args.dense > 0:
+        shortest = min([z["T"]] + [int(args.short.split(":")[0])] * bool(args.short) + [args.alternate] * bool(args.alternate))
+        need = 1 + 7 + (4 if data.SEP else 3) * (data.DENSE_RECORDS + 1)
+        if shortest < need:
+            sys.exit(f"train.py: --dense needs sequences of at least {need} tokens ({data.DENSE_RECORDS} records and a "
+                     f"lookup after up to 7 pads); the shortest here is {shortest}")
     u = None
     if args.offset_heads:
         params, u = offset_init(cfg, params, args.seed)

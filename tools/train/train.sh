@@ -65,28 +65,49 @@ esac
 mkdir -p "$OUT"
 rm -f "$OUT/causal.txt"
 start=$(date +%s)
-# Training: one model per core at a time (each single-threaded: the same result as alone).
+# Training: one model per core at a time (each single-threaded: the same result as alone). A
+# cached model is reused only when it was trained with the same arguments ($d.args).
 JOBS=$(nproc)
-running=0
+pids=()
+names=()
+fail() {  # a training run failed: stop the others, show its log
+  echo "train.sh: training $1 failed; the end of $1.log:" >&2
+  tail -n 20 "$1.log" >&2 || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  exit 1
+}
+# Interrupted: the training runs go too.
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; exit 130' INT TERM
 for m in $MODELS; do
   name=${m%%:*}
   seed=${m##*:}
   d="$OUT/$name-s$seed"
-  if [ "$RETRAIN" = 1 ] || [ ! -f "$d/train.json" ]; then
+  stamp="train.py --model $name --size $SIZE --seed $seed ${TRAIN_ARGS[*]}"
+  if [ "$RETRAIN" = 1 ] || [ ! -f "$d/train.json" ] || [ "$(cat "$d.args" 2>/dev/null)" != "$stamp" ]; then
     echo "== train $name (seed $seed) -> $d ($d.log)"
-    mkdir -p "$d"
-    XLA_FLAGS=--xla_cpu_multi_thread_eigen=false "$PY" tools/train/train.py --model "$name" --size "$SIZE" \
-      --seed "$seed" "${TRAIN_ARGS[@]}" --out "$d" > "$d.log" 2>&1 &
-    running=$((running + 1))
-    if [ "$running" -ge "$JOBS" ]; then wait -n || { echo "train.sh: a training run failed (see its .log)" >&2; exit 1; }; running=$((running - 1)); fi
+    rm -f "$d.args"
+    XLA_FLAGS="${XLA_FLAGS:-} --xla_cpu_multi_thread_eigen=false" "$PY" tools/train/train.py --model "$name" \
+      --size "$SIZE" --seed "$seed" "${TRAIN_ARGS[@]}" --out "$d" > "$d.log" 2>&1 &
+    pids+=("$!")
+    names+=("$d")
+    echo "$stamp" > "$d.args.pending"  # becomes $d.args once every run has succeeded
+    if [ "${#pids[@]}" -ge "$JOBS" ]; then  # wait for the oldest (wait PID finds a job that already ended)
+      wait "${pids[0]}" || fail "${names[0]}"
+      pids=("${pids[@]:1}")
+      names=("${names[@]:1}")
+    fi
   else
-    echo "== $name (seed $seed): cached in $d (train.json present; --retrain to train again)"
+    echo "== $name (seed $seed): cached in $d (same arguments, $d.args; --retrain to train again)"
   fi
 done
-while [ "$running" -gt 0 ]; do
-  wait -n || { echo "train.sh: a training run failed (see its .log)" >&2; exit 1; }
-  running=$((running - 1))
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || fail "${names[$i]}"
 done
+for m in $MODELS; do
+  d="$OUT/${m%%:*}-s${m##*:}"
+  [ -f "$d.args.pending" ] && mv "$d.args.pending" "$d.args"
+done
+trap - INT TERM
 for m in $MODELS; do
   name=${m%%:*}
   seed=${m##*:}
