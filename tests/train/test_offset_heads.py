@@ -10,7 +10,8 @@ data.sample_dense), against values computed here independently of the code under
 2. freeze_offset_update: on a random update, the rows of heads 0 and 1 in layer 0's query and
    key weights and layer 0's attention norm get no change, the embeddings none along u, and
    every other entry is left exactly as it was.
-3. train.py wires the hold in: after 3 training steps with --offset-heads (a W8/S8 micro model),
+3. train.py wires the hold in: after 3 training steps with micro6's options (--offset-heads
+   --dense 0.5 --with-replacement, a W8/S8 micro model),
    the saved parameters keep offset_init's query/key rows of heads 0-1 and layer 0's attention
    norm bit for bit and the embeddings' component along u to 1e-6, while the other heads' rows
    and the embeddings did change (so the steps did train).
@@ -118,7 +119,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
         r = subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tools", "train", "train.py"), "--model",
-                            "w8s8", "--size", "micro", "--steps", "3", "--seed", "4", "--offset-heads", "--out", tmp],
+                            "w8s8", "--size", "micro", "--steps", "3", "--seed", "4", "--offset-heads", "--dense", "0.5",
+                            "--with-replacement", "--out", tmp],
                            env=env, capture_output=True, text=True)
         check(r.returncode == 0, f"train.py --offset-heads failed: {r.stderr[-500:]}")
         if r.returncode == 0:

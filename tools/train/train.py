@@ -174,7 +174,11 @@ def main():
         sys.exit("train.py: --offset-heads starts a model; it cannot be combined with --init (the loaded heads "
                  "would not be the ones the update holds)")
     if args.dense > 0:
-        shortest = min([z["T"]] + [int(args.short.split(":")[0])] * bool(args.short) + [args.alternate] * bool(args.alternate))
+        shortest = z["T"]
+        if args.short:
+            shortest = min(shortest, int(args.short.split(":")[0]))
+        if args.alternate:
+            shortest = min(shortest, args.alternate)
         need = 1 + 7 + (4 if data.SEP else 3) * (data.DENSE_RECORDS + 1)
         if shortest < need:
             sys.exit(f"train.py: --dense needs sequences of at least {need} tokens ({data.DENSE_RECORDS} records and a "
