@@ -20,6 +20,19 @@ DENSE = 0.0         # share of sequences that are dense recall (sample_dense: re
 DENSE_RECORDS = 8   # records per dense sequence
 
 
+def append_lookups(ids, weights, which, keys, vals, value_pos, sep, vocab):
+    """Appends the lookups " key = value\n" of records `which` to ids and weights (weight 1 on the
+    prediction of the value); returns per lookup (position of its '=', position of the value)."""
+    lookups = []
+    for x in which:
+        ids += [int(keys[x])] + sep
+        weights += [LM_WEIGHT] * len(sep) + [1.0]  # the prediction made at '=' is the value
+        lookups.append((len(ids) - 1, value_pos[int(x)]))
+        ids += [int(vals[x]), vocab.newline]
+        weights += [LM_WEIGHT, LM_WEIGHT]
+    return lookups
+
+
 def sample(rng, vocab, T, records=0):
     """One sequence: ids [T], loss weights [T] (on the prediction of ids[t+1]), and per lookup
     (position of its '=' , position of the record's value token in the haystack).
@@ -66,13 +79,8 @@ def sample(rng, vocab, T, records=0):
             ids += [int(t) for t in x] + [vocab.period, vocab.newline]
     ids += [vocab.pad] * int(pads_before[len(lines)])
     weights += [LM_WEIGHT] * (len(ids) - len(weights))
-    lookups = []
-    for x in rng.choice(n_rec, size=Q, replace=REPLACE):
-        ids += [int(keys[x])] + sep
-        weights += [LM_WEIGHT] * len(sep) + [1.0]  # the prediction made at '=' is the value
-        lookups.append((len(ids) - 1, value_pos[int(x)]))
-        ids += [int(vals[x]), vocab.newline]
-        weights += [LM_WEIGHT, LM_WEIGHT]
+    lookups = append_lookups(ids, weights, rng.choice(n_rec, size=Q, replace=REPLACE), keys, vals, value_pos, sep,
+                             vocab)
     assert len(ids) == T, (len(ids), T)
     weights[-1] = 0.0  # nothing follows the last token
     return np.array(ids, np.int32), np.array(weights, np.float32), lookups
@@ -97,13 +105,7 @@ def sample_dense(rng, vocab, T, R):
         value_pos[int(x)] = len(ids)
         ids += [int(vals[x]), vocab.newline]
     weights = [LM_WEIGHT] * len(ids)
-    lookups = []
-    for x in rng.choice(R, size=Q):
-        ids += [int(keys[x])] + sep
-        weights += [LM_WEIGHT] * len(sep) + [1.0]
-        lookups.append((len(ids) - 1, value_pos[int(x)]))
-        ids += [int(vals[x]), vocab.newline]
-        weights += [LM_WEIGHT, LM_WEIGHT]
+    lookups = append_lookups(ids, weights, rng.choice(R, size=Q), keys, vals, value_pos, sep, vocab)
     weights += [0.0] * (T - len(ids))
     ids += [vocab.pad] * (T - len(ids))
     weights[-1] = 0.0

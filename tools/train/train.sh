@@ -53,14 +53,13 @@ done
   { echo "train.sh: $PY lacks jax/optax/gguf: run scripts/install-deps.sh --python --train" >&2; exit 2; }
 
 SIX="full:1 full:2 w8s8:1 w8s4:1 w4s4:1 w8s8-uniform:1"
+LEARNS=(--steps 5000 --with-replacement --offset-heads --dense 0.5)  # the recipe that learns retrieval
 TRAIN_ARGS=()
 case "$GRID" in
   micro) MODELS="full:1 w4s4:1"; SIZE=micro; SAMPLES=${TRAIN_SAMPLES:-24}; PERIOD=8 ;;
-  micro6) MODELS=$SIX; SIZE=micro; SAMPLES=${TRAIN_SAMPLES:-48}; PERIOD=8
-          TRAIN_ARGS=(--steps 5000 --with-replacement --offset-heads --dense 0.5) ;;
-  small) MODELS=$SIX; SIZE=small; SAMPLES=${TRAIN_SAMPLES:-48}; PERIOD=8
-         # micro6's recipe at d 128 (not yet run to the end on this VM: ~1 hour per model)
-         TRAIN_ARGS=(--steps 5000 --with-replacement --offset-heads --dense 0.5) ;;
+  micro6) MODELS=$SIX; SIZE=micro; SAMPLES=${TRAIN_SAMPLES:-48}; PERIOD=8; TRAIN_ARGS=("${LEARNS[@]}") ;;
+  # small: micro6's recipe at d 128 (not yet run to the end on this VM: ~1 hour per model)
+  small) MODELS=$SIX; SIZE=small; SAMPLES=${TRAIN_SAMPLES:-48}; PERIOD=8; TRAIN_ARGS=("${LEARNS[@]}") ;;
 esac
 mkdir -p "$OUT"
 rm -f "$OUT/causal.txt"
@@ -70,14 +69,14 @@ start=$(date +%s)
 JOBS=$(nproc)
 pids=()
 names=()
+stop_runs() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 fail() {  # a training run failed: stop the others, show its log
   echo "train.sh: training $1 failed; the end of $1.log:" >&2
   tail -n 20 "$1.log" >&2 || true
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  stop_runs
   exit 1
 }
-# Interrupted: the training runs go too.
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; exit 130' INT TERM
+trap 'stop_runs; exit 130' INT TERM  # interrupted: the training runs go too
 for m in $MODELS; do
   name=${m%%:*}
   seed=${m##*:}
