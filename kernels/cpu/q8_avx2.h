@@ -1,5 +1,6 @@
 // The q8 policy for AVX2 (maddubs + madd) and, with PKV_Q8_VNNI, AVX-512 VNNI's 256-bit
-// vpdpbusd (AVX512VNNI + AVX512VL): the same lanes, one instruction instead of two. Included
+// vpdpbusd (AVX512VNNI + AVX512VL): the same lanes, one instruction instead of two; with
+// PKV_Q8_ZMM too (AVX512F), Q4_0 / Q4_1 decode keeps two rows per 512-bit register (decode4_zmm). Included
 // by kernels_avx2.cpp and kernels_avx512vnni.cpp, which are compiled for those instructions.
 #pragma once
 
@@ -151,6 +152,31 @@ struct PKV_Q8_AVX2_POLICY {
   }
   template <DType T>
   static void decode4(const MatmulArgs& a, int r0) {
+#if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
+    decode4_zmm<T>(a, r0);
+#else
+    decode4_ymm<T>(a, r0);
+#endif
+  }
+  // Q4_0 / Q4_1's per-block header of four rows: [d_r, m_r] per row (lanes 2r, 2r + 1).
+  template <DType T>
+  static __m256 header4(const uint8_t* const* rows, int b) {
+    constexpr int kBytes = block_bytes<T>();
+    if constexpr (T == DType::Q4_1) {
+      uint32_t h[4];
+      PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 4);
+      return _mm256_cvtph_ps(_mm_setr_epi32(int(h[0]), int(h[1]), int(h[2]), int(h[3])));
+    } else {  // Q4_0: [d_r, -8 d_r], d times 1 and -8, exact (load_scales' values)
+      constexpr float kMin = float(-offset_w<T>());
+      uint16_t h[4];
+      PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 2);
+      const __m128 d4 = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
+      return _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
+                           _mm256_setr_ps(1.0f, kMin, 1.0f, kMin, 1.0f, kMin, 1.0f, kMin));
+    }
+  }
+  template <DType T>
+  static void decode4_ymm(const MatmulArgs& a, int r0) {
     constexpr int kBytes = block_bytes<T>();
     const int nb = a.k / 32;
     const uint8_t* rows[4];
@@ -163,19 +189,7 @@ struct PKV_Q8_AVX2_POLICY {
     for (int b = 0; b < nb; ++b) {
       const BlockQ8x& x = a.xq[b];
       const __m256 xs = xscale(x);  // [d_x0 x4, d_x1 x4]
-      __m256 hdr;                   // [d_r, m_r] per row
-      if constexpr (T == DType::Q4_1) {
-        uint32_t h[4];
-        PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 4);
-        hdr = _mm256_cvtph_ps(_mm_setr_epi32(int(h[0]), int(h[1]), int(h[2]), int(h[3])));
-      } else {  // Q4_0: [d_r, -8 d_r], d times 1 and -8, exact (load_scales' values)
-        constexpr float kMin = float(-offset_w<T>());
-        uint16_t h[4];
-        PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 2);
-        const __m128 d4 = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
-        hdr = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
-                            _mm256_setr_ps(1.0f, kMin, 1.0f, kMin, 1.0f, kMin, 1.0f, kMin));
-      }
+      const __m256 hdr = header4<T>(rows, b);  // [d_r, m_r] per row
       // Lanes r and r + 4: d_r * d_x0 and d_r * d_x1 (scale()'s products).
       const __m256 sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick_d), xs);
       // Lane 2r + 1: m_r * s + acc (fma_min1's), the even lanes d_r * 0 + 0, never read.
@@ -191,6 +205,71 @@ struct PKV_Q8_AVX2_POLICY {
     _mm256_store_ps(m, accm);
     PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = hsum(acc[r]) + m[2 * r + 1];
   }
+#if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
+// GCC 12's avx512fintrin.h passes _mm512_undefined_*() as the unused merge source of unmasked
+// intrinsics, which -Wmaybe-uninitialized reports (GCC bug 105593, fixed in 13): silenced here only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+  // decode4 with 512-bit registers (AVX-512 F + VNNI): rows r0, r0 + 1 in one register and r0 + 2,
+  // r0 + 3 in another, eight lanes each -- lane j of row r's half holds exactly what lane j of
+  // decode4_ymm's acc[r] holds: the same dpbusd lane sums, the same scale products, the same FMA
+  // per block in the same order, and hsum over the same eight lanes. The same bits, with half the
+  // unpack, convert and FMA instructions per row and block (docs/PERFORMANCE.md: the speed-up).
+  static __m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+  template <DType T>
+  static void decode4_zmm(const MatmulArgs& a, int r0) {
+    constexpr int kBytes = block_bytes<T>();
+    constexpr int kQs = T == DType::Q4_1 ? 4 : 2;  // the packed nibbles' offset in a block
+    const int nb = a.k / 32;
+    const uint8_t* rows[4];
+    for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
+    __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    const __m256i pick_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    // Lane scales of a row pair from sp (lane r: d_r * d_x0, r + 4: d_r * d_x1).
+    const __m512i idx01 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 1, 1, 1, 1, 5, 5, 5, 5);
+    const __m512i idx23 = _mm512_setr_epi32(2, 2, 2, 2, 6, 6, 6, 6, 3, 3, 3, 3, 7, 7, 7, 7);
+    // 128-bit lane i of [row a, row b] shifted by 0 (low nibbles) or 4 (high nibbles).
+    const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int b = 0; b < nb; ++b) {
+      const BlockQ8x& x = a.xq[b];
+      const __m256 xs = xscale(x);
+      const __m256 hdr = header4<T>(rows, b);
+      const __m256 sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick_d), xs);
+      const __m256 s = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
+      accm = _mm256_fmadd_ps(hdr, s, accm);
+      const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
+      const __m512 sp512 = _mm512_castps256_ps512(sp);
+      const uint8_t* blk[4];
+      PKV_UNROLL for (int r = 0; r < 4; ++r) {
+        blk[r] = rows[r] + size_t(b) * kBytes;
+        __builtin_prefetch(blk[r] + PKV_Q8_PREFETCH);
+      }
+      PKV_UNROLL for (int p = 0; p < 2; ++p) {
+        // [qs_a, qs_a, qs_b, qs_b] (two broadcast loads, one insert) -> nibbles: lanes 0..31 row
+        // a's elements, 32..63 row b's.
+        const __m256i qa = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2 * p] + kQs)));
+        const __m256i qb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2 * p + 1] + kQs)));
+        const __m512i dup = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1);
+        const __m512i w = _mm512_and_si512(_mm512_srlv_epi64(dup, shift), low4);
+        const __m512i l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
+        const __m512 sc = _mm512_permutexvar_ps(p == 0 ? idx01 : idx23, sp512);
+        if (p == 0)
+          acc01 = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(l), acc01);
+        else
+          acc23 = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(l), acc23);
+      }
+    }
+    alignas(32) float m[8];
+    _mm256_store_ps(m, accm);
+    a.y[r0 + 0] = hsum(_mm512_castps512_ps256(acc01)) + m[1];
+    a.y[r0 + 1] = hsum(upper(acc01)) + m[3];
+    a.y[r0 + 2] = hsum(_mm512_castps512_ps256(acc23)) + m[5];
+    a.y[r0 + 3] = hsum(upper(acc23)) + m[7];
+  }
+#pragma GCC diagnostic pop
+#endif
   static A zero() { return _mm256_setzero_ps(); }
   static A fma(A acc, S s, L l) { return _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(l), acc); }
   static float hsum(A v) {
