@@ -37,8 +37,8 @@ namespace {
 [[maybe_unused]] bool cpu_has_avx512vnni() {
 #if defined(__x86_64__) && defined(PHASEKV_HAVE_AVX2_KERNELS)
   __builtin_cpu_init();
-  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni") &&
-         __builtin_cpu_supports("avx512vl");
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
 #else
   return false;
 #endif

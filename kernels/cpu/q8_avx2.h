@@ -1,6 +1,7 @@
 // The q8 policy for AVX2 (maddubs + madd) and, with PKV_Q8_VNNI, AVX-512 VNNI's 256-bit
 // vpdpbusd (AVX512VNNI + AVX512VL): the same lanes, one instruction instead of two; with
-// PKV_Q8_ZMM too (AVX512F), Q4_0 / Q4_1 decode keeps two rows per 512-bit register (decode4_zmm). Included
+// PKV_Q8_ZMM too (AVX512F, BW), Q4_0 / Q4_1 / Q8_0 decode keeps two rows per 512-bit register
+// (decode4_zmm). Included
 // by kernels_avx2.cpp and kernels_avx512vnni.cpp, which are compiled for those instructions.
 #pragma once
 
@@ -148,6 +149,9 @@ struct PKV_Q8_AVX2_POLICY {
   static constexpr bool kHasDecode4 = true;
   template <DType T>
   static constexpr bool decode4_ok() {
+#if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
+    if (T == DType::Q8_0) return true;  // decode4_zmm only
+#endif
     return T == DType::Q4_0 || T == DType::Q4_1;
   }
   template <DType T>
@@ -210,7 +214,7 @@ struct PKV_Q8_AVX2_POLICY {
 // intrinsics, which -Wmaybe-uninitialized reports (GCC bug 105593, fixed in 13): silenced here only.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-  // decode4 with 512-bit registers (AVX-512 F + VNNI): rows r0, r0 + 1 in one register and r0 + 2,
+  // decode4 with 512-bit registers (AVX-512 F/BW + VNNI), Q4_0, Q4_1 and Q8_0: rows r0, r0 + 1 in one register and r0 + 2,
   // r0 + 3 in another, eight lanes each -- lane j of row r's half holds exactly what lane j of
   // decode4_ymm's acc[r] holds: the same dpbusd lane sums, the same scale products, the same FMA
   // per block in the same order, and hsum over the same eight lanes. The same bits, with half the
@@ -219,7 +223,7 @@ struct PKV_Q8_AVX2_POLICY {
   template <DType T>
   static void decode4_zmm(const MatmulArgs& a, int r0) {
     constexpr int kBytes = block_bytes<T>();
-    constexpr int kQs = T == DType::Q4_1 ? 4 : 2;  // the packed nibbles' offset in a block
+    constexpr int kQs = T == DType::Q4_1 ? 4 : 2;  // Q4_*: the packed nibbles' offset in a block
     const int nb = a.k / 32;
     const uint8_t* rows[4];
     for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
@@ -235,10 +239,18 @@ struct PKV_Q8_AVX2_POLICY {
     for (int b = 0; b < nb; ++b) {
       const BlockQ8x& x = a.xq[b];
       const __m256 xs = xscale(x);
-      const __m256 hdr = header4<T>(rows, b);
-      const __m256 sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick_d), xs);
-      const __m256 s = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
-      accm = _mm256_fmadd_ps(hdr, s, accm);
+      __m256 sp;  // lane r: d_r * d_x0, r + 4: d_r * d_x1 (scale()'s products)
+      if constexpr (T == DType::Q8_0) {  // no minimum: the four rows' d only
+        uint16_t h[4];
+        PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 2);
+        const __m128 d4 = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
+        sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3)), xs);
+      } else {
+        const __m256 hdr = header4<T>(rows, b);
+        sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick_d), xs);
+        const __m256 s = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
+        accm = _mm256_fmadd_ps(hdr, s, accm);
+      }
       const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
       const __m512 sp512 = _mm512_castps256_ps512(sp);
       const uint8_t* blk[4];
@@ -247,13 +259,24 @@ struct PKV_Q8_AVX2_POLICY {
         __builtin_prefetch(blk[r] + PKV_Q8_PREFETCH);
       }
       PKV_UNROLL for (int p = 0; p < 2; ++p) {
-        // [qs_a, qs_a, qs_b, qs_b] (two broadcast loads, one insert) -> nibbles: lanes 0..31 row
-        // a's elements, 32..63 row b's.
-        const __m256i qa = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2 * p] + kQs)));
-        const __m256i qb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2 * p + 1] + kQs)));
-        const __m512i dup = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1);
-        const __m512i w = _mm512_and_si512(_mm512_srlv_epi64(dup, shift), low4);
-        const __m512i l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
+        __m512i l;
+        if constexpr (T == DType::Q8_0) {
+          // [w_a, w_b], signed: |w| times x negated where w < 0 (the sign trick of lanes(); where
+          // w = 0 the product is 0 either way, so the integer lane sums are lanes()' exactly).
+          const __m512i w = _mm512_inserti64x4(
+              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p] + 2))),
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p + 1] + 2)), 1);
+          const __m512i sx = _mm512_mask_sub_epi8(xq, _mm512_movepi8_mask(w), _mm512_setzero_si512(), xq);
+          l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), sx);
+        } else {
+          // [qs_a, qs_a, qs_b, qs_b] (two broadcast loads, one insert) -> nibbles: lanes 0..31
+          // row a's elements, 32..63 row b's.
+          const __m256i qa = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2 * p] + kQs)));
+          const __m256i qb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2 * p + 1] + kQs)));
+          const __m512i dup = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1);
+          const __m512i w = _mm512_and_si512(_mm512_srlv_epi64(dup, shift), low4);
+          l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
+        }
         const __m512 sc = _mm512_permutexvar_ps(p == 0 ? idx01 : idx23, sp512);
         if (p == 0)
           acc01 = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(l), acc01);
@@ -261,12 +284,15 @@ struct PKV_Q8_AVX2_POLICY {
           acc23 = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(l), acc23);
       }
     }
-    alignas(32) float m[8];
-    _mm256_store_ps(m, accm);
-    a.y[r0 + 0] = hsum(_mm512_castps512_ps256(acc01)) + m[1];
-    a.y[r0 + 1] = hsum(upper(acc01)) + m[3];
-    a.y[r0 + 2] = hsum(_mm512_castps512_ps256(acc23)) + m[5];
-    a.y[r0 + 3] = hsum(upper(acc23)) + m[7];
+    const float y[4] = {hsum(_mm512_castps512_ps256(acc01)), hsum(upper(acc01)), hsum(_mm512_castps512_ps256(acc23)),
+                        hsum(upper(acc23))};
+    if constexpr (T == DType::Q8_0) {
+      PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = y[r];
+    } else {
+      alignas(32) float m[8];
+      _mm256_store_ps(m, accm);
+      PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = y[r] + m[2 * r + 1];
+    }
   }
 #pragma GCC diagnostic pop
 #endif
