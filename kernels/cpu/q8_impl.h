@@ -67,9 +67,12 @@ inline void quantize_portable(const float* x, BlockQ8x* out, int k) {
 // Software prefetch distance (bytes ahead in each weight row). Decode streams ~92 MiB per token
 // through short rows (360-960 bytes) split into thread tasks; the hardware prefetcher alone
 // left the kernel waiting on memory (SmolLM2 decode, 2 threads: 88 tok/s without, 135-157 with
-// 2-4 KiB; docs/PERFORMANCE.md). A prefetch changes no result.
+// 2-4 KiB; docs/PERFORMANCE.md). On a Zen 5 host whose L3 cannot hold the weights, 8 KiB
+// decodes 1.34x faster than 4 KiB at 1 thread (189 vs 141 tok/s, medians of 4 interleaved
+// rounds; 16 KiB the same, 32 KiB less) and the kernel alone streams Q8_0 rows from DRAM at
+// 28 GB/s instead of 17 (phasekv_q8_bench). A prefetch changes no result.
 #ifndef PKV_Q8_PREFETCH
-#define PKV_Q8_PREFETCH 4096
+#define PKV_Q8_PREFETCH 8192
 #endif
 
 // K-quants: 256-element super-blocks of eight 32-element sub-blocks (ggml's block_q4_K, _q5_K,

@@ -1,0 +1,115 @@
+// The q8 decode matmul alone (one token x rows of Q4_0 / Q4_1 / Q8_0 weights): Gblock/s and GB/s
+// of weights per instruction set, with the weights hot in L2 (the default 192 rows of k 576) or
+// streamed from DRAM (--rows 262144: 94 MB of Q4_1). Every instruction set is timed in each
+// round, rounds interleaved, so a noisy host slows all of them alike; prints the median round.
+// Checks the instruction sets' outputs equal the portable kernels' bit for bit before timing
+// (the portable kernels themselves are timed only where there is no other).
+//   phasekv_q8_bench [--type Q4_1] [--rows 192] [--k 576] [--rounds 9] [--ms 200]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu_kernels.h"
+
+using namespace phasekv;
+
+int main(int argc, char** argv) {
+  DType dt = DType::Q4_1;
+  int rows = 192, k = 576, rounds = 9;
+  double ms = 200;
+  for (int i = 1; i < argc; ++i) {
+    const std::string o = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (o == "-h" || o == "--help") {
+      std::printf("Usage: %s [--type Q4_0|Q4_1|Q8_0] [--rows N] [--k K] [--rounds N] [--ms MS]\n", argv[0]);
+      return 0;
+    }
+    if (!v) {
+      std::fprintf(stderr, "%s: %s needs a value (see --help)\n", argv[0], o.c_str());
+      return 2;
+    }
+    ++i;
+    if (o == "--type") {
+      dt = std::strcmp(v, "Q4_0") == 0 ? DType::Q4_0 : std::strcmp(v, "Q8_0") == 0 ? DType::Q8_0 : DType::Q4_1;
+      if (std::strcmp(v, "Q4_0") && std::strcmp(v, "Q4_1") && std::strcmp(v, "Q8_0")) {
+        std::fprintf(stderr, "%s: --type '%s': Q4_0, Q4_1 or Q8_0\n", argv[0], v);
+        return 2;
+      }
+    } else if (o == "--rows") {
+      rows = std::atoi(v);
+    } else if (o == "--k") {
+      k = std::atoi(v);
+    } else if (o == "--rounds") {
+      rounds = std::atoi(v);
+    } else if (o == "--ms") {
+      ms = std::atof(v);
+    } else {
+      std::fprintf(stderr, "%s: unknown option '%s' (see --help)\n", argv[0], o.c_str());
+      return 2;
+    }
+  }
+  if (rows < 4 || k < 32 || k % 32 || rounds < 1 || ms <= 0) {
+    std::fprintf(stderr, "%s: --rows >= 4, --k a multiple of 32, --rounds >= 1, --ms > 0\n", argv[0]);
+    return 2;
+  }
+  const size_t blk = dt == DType::Q8_0 ? 34 : dt == DType::Q4_1 ? 20 : 18;
+  const size_t rb = size_t(k) / 32 * blk;
+  std::vector<uint8_t> w(rb * size_t(rows));
+  std::mt19937 rng(1);
+  for (uint8_t& b : w) b = uint8_t(rng());
+  for (int r = 0; r < rows; ++r)  // finite f16 scales (d ~ 2^-7, m ~ -2^-7)
+    for (int b = 0; b < k / 32; ++b) {
+      const uint16_t d = 0x2000, m = 0xa000;
+      std::memcpy(&w[size_t(r) * rb + size_t(b) * blk], &d, 2);
+      if (dt == DType::Q4_1) std::memcpy(&w[size_t(r) * rb + size_t(b) * blk + 2], &m, 2);
+    }
+  std::vector<float> x(static_cast<size_t>(k));
+  for (float& v : x) v = float(rng() % 2001) / 1000.0f - 1.0f;
+  std::vector<const cpu::KernelTable*> ts;
+  for (const char* n : {"portable", "avx2-maddubs", "avx512vnni", "neon-nodotprod", "neon-dotprod"})
+    if (const cpu::KernelTable* t = cpu::kernels_by_name(n)) ts.push_back(t);
+  std::vector<cpu::BlockQ8x> xq(static_cast<size_t>(k) / 32);
+  ts[0]->quantize_q8(x.data(), xq.data(), k);
+  std::vector<float> y_ref(static_cast<size_t>(rows)), y(static_cast<size_t>(rows));
+  cpu::MatmulArgs a{dt, w.data(), rb, x.data(), y_ref.data(), k, 1, rows};
+  a.xq = xq.data();
+  ts[0]->matmul_q8_rows(a, 0, rows);
+  for (const cpu::KernelTable* t : ts) {
+    a.y = y.data();
+    t->matmul_q8_rows(a, 0, rows);
+    if (std::memcmp(y.data(), y_ref.data(), y.size() * sizeof(float)) != 0) {
+      std::fprintf(stderr, "%s: %s's outputs differ from the portable kernels'\n", argv[0], t->q8_isa);
+      return 1;
+    }
+  }
+  // The portable kernels (30-50x slower) only checked, not timed, where an instruction set is.
+  if (ts.size() > 1) ts.erase(ts.begin());
+  // Calls per timed round: about --ms milliseconds at 1 Gblock/s.
+  const double blocks = double(rows) * (k / 32);
+  const int calls = std::max(1, int(ms * 1e6 / blocks));
+  std::vector<std::vector<double>> gbs(ts.size());
+  using clock = std::chrono::steady_clock;
+  for (int r = 0; r < rounds; ++r)
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const auto t0 = clock::now();
+      for (int c = 0; c < calls; ++c) ts[i]->matmul_q8_rows(a, 0, rows);
+      const double s = std::chrono::duration<double>(clock::now() - t0).count();
+      gbs[i].push_back(blocks * calls / s / 1e9);
+    }
+  std::printf("q8 decode matmul, %s, %d rows x k %d (%.1f KiB of weights), %d calls per round, %d rounds:\n",
+              dt == DType::Q8_0 ? "Q8_0" : dt == DType::Q4_1 ? "Q4_1" : "Q4_0", rows, k, double(w.size()) / 1024, calls,
+              rounds);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    std::vector<double> v = gbs[i];
+    std::sort(v.begin(), v.end());
+    const double med = v[v.size() / 2];
+    std::printf("  %-14s median %.3f Gblock/s = %5.1f GB/s of weights (rounds %.3f .. %.3f)\n", ts[i]->q8_isa, med,
+                med * double(blk), v.front(), v.back());
+  }
+  return 0;
+}
