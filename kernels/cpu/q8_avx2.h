@@ -1,6 +1,6 @@
 // The q8 policy for AVX2 (maddubs + madd) and, with PKV_Q8_VNNI, AVX-512 VNNI's 256-bit
 // vpdpbusd (AVX512VNNI + AVX512VL): the same lanes, one instruction instead of two; with
-// PKV_Q8_ZMM too (AVX512F, BW), Q4_0 / Q4_1 / Q8_0 decode keeps two rows per 512-bit register
+// PKV_Q8_ZMM too (AVX512F, BW), Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K decode keeps two rows per 512-bit register
 // (decode4_zmm). Included
 // by kernels_avx2.cpp and kernels_avx512vnni.cpp, which are compiled for those instructions.
 #pragma once
@@ -150,7 +150,7 @@ struct PKV_Q8_AVX2_POLICY {
   template <DType T>
   static constexpr bool decode4_ok() {
 #if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
-    if (T == DType::Q8_0) return true;  // decode4_zmm only
+    if (T == DType::Q8_0 || T == DType::Q4_K || T == DType::Q5_K) return true;  // decode4_zmm only
 #endif
     return T == DType::Q4_0 || T == DType::Q4_1;
   }
@@ -214,7 +214,7 @@ struct PKV_Q8_AVX2_POLICY {
 // intrinsics, which -Wmaybe-uninitialized reports (GCC bug 105593, fixed in 13): silenced here only.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-  // decode4 with 512-bit registers (AVX-512 F/BW + VNNI), Q4_0, Q4_1 and Q8_0: rows r0, r0 + 1 in one register and r0 + 2,
+  // decode4 with 512-bit registers (AVX-512 F/BW + VNNI), Q4_0, Q4_1, Q8_0, Q4_K and Q5_K: rows r0, r0 + 1 in one register and r0 + 2,
   // r0 + 3 in another, eight lanes each -- lane j of row r's half holds exactly what lane j of
   // decode4_ymm's acc[r] holds: the same dpbusd lane sums, the same scale products, the same FMA
   // per block in the same order, and hsum over the same eight lanes. The same bits, with half the
@@ -223,7 +223,7 @@ struct PKV_Q8_AVX2_POLICY {
   template <DType T>
   static void decode4_zmm(const MatmulArgs& a, int r0) {
     constexpr int kBytes = block_bytes<T>();
-    constexpr int kQs = T == DType::Q4_1 ? 4 : 2;  // Q4_*: the packed nibbles' offset in a block
+    constexpr int kQs = T == DType::Q4_1 ? 4 : 2;  // Q4_0 / Q4_1: the packed nibbles' offset in a block
     const int nb = a.k / 32;
     const uint8_t* rows[4];
     for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
@@ -239,6 +239,12 @@ struct PKV_Q8_AVX2_POLICY {
     for (int b = 0; b < nb; ++b) {
       const BlockQ8x& x = a.xq[b];
       const __m256 xs = xscale(x);
+      const int j = sub_block<T>(b);
+      const uint8_t* blk[4];
+      PKV_UNROLL for (int r = 0; r < 4; ++r) {
+        blk[r] = block_at<T>(rows[r], b);
+        __builtin_prefetch(rows[r] + size_t(b) * (kBytes / (kquant<T>() ? 8 : 1)) + PKV_Q8_PREFETCH);
+      }
       __m256 sp;  // lane r: d_r * d_x0, r + 4: d_r * d_x1 (scale()'s products)
       if constexpr (T == DType::Q8_0) {  // no minimum: the four rows' d only
         uint16_t h[4];
@@ -246,18 +252,20 @@ struct PKV_Q8_AVX2_POLICY {
         const __m128 d4 = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
         sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3)), xs);
       } else {
-        const __m256 hdr = header4<T>(rows, b);
+        __m256 hdr;  // [d_r, m_r] per row
+        if constexpr (kquant<T>()) {  // load_scales' [d sc_j, -dmin m_j, d sc_j, 0] per row
+          const __m128 d0 = load_scales<T>(blk[0], j), d1 = load_scales<T>(blk[1], j);
+          const __m128 d2 = load_scales<T>(blk[2], j), d3 = load_scales<T>(blk[3], j);
+          hdr = _mm256_set_m128(_mm_movelh_ps(d2, d3), _mm_movelh_ps(d0, d1));
+        } else {
+          hdr = header4<T>(rows, b);
+        }
         sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick_d), xs);
         const __m256 s = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
         accm = _mm256_fmadd_ps(hdr, s, accm);
       }
       const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
       const __m512 sp512 = _mm512_castps256_ps512(sp);
-      const uint8_t* blk[4];
-      PKV_UNROLL for (int r = 0; r < 4; ++r) {
-        blk[r] = rows[r] + size_t(b) * kBytes;
-        __builtin_prefetch(blk[r] + PKV_Q8_PREFETCH);
-      }
       PKV_UNROLL for (int p = 0; p < 2; ++p) {
         __m512i l;
         if constexpr (T == DType::Q8_0) {
@@ -268,6 +276,22 @@ struct PKV_Q8_AVX2_POLICY {
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p + 1] + 2)), 1);
           const __m512i sx = _mm512_mask_sub_epi8(xq, _mm512_movepi8_mask(w), _mm512_setzero_si512(), xq);
           l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), sx);
+        } else if constexpr (kquant<T>()) {
+          // Q4_K / Q5_K: sub-blocks 2i and 2i + 1 are the low and high nibbles of the same 32
+          // bytes: [bytes_a, bytes_b] shifted by 4 (j & 1), masked (load_w's values).
+          constexpr int kOff = T == DType::Q4_K ? 16 : 48;
+          const __m512i q = _mm512_inserti64x4(
+              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p] + kOff + 32 * (j >> 1)))),
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p + 1] + kOff + 32 * (j >> 1))), 1);
+          __m512i w = _mm512_and_si512(_mm512_srl_epi16(q, _mm_cvtsi32_si128(4 * (j & 1))), low4);
+          if constexpr (T == DType::Q5_K) {  // the 5th bit: bit j of qh[i], as 0x10
+            const __m512i qh = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p] + 16))),
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p + 1] + 16)), 1);
+            const __mmask64 hi = _mm512_test_epi8_mask(qh, _mm512_set1_epi8(char(1 << j)));
+            w = _mm512_or_si512(w, _mm512_maskz_mov_epi8(hi, _mm512_set1_epi8(0x10)));
+          }
+          l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
         } else {
           // [qs_a, qs_a, qs_b, qs_b] (two broadcast loads, one insert) -> nibbles: lanes 0..31
           // row a's elements, 32..63 row b's.

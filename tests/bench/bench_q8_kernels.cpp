@@ -1,10 +1,10 @@
-// The q8 decode matmul alone (one token x rows of Q4_0 / Q4_1 / Q8_0 weights): Gblock/s and GB/s
+// The q8 decode matmul alone (one token x rows of Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights): Gblock/s and GB/s
 // of weights per instruction set, with the weights hot in L2 (the default 192 rows of k 576) or
 // streamed from DRAM (--rows 262144: 94 MB of Q4_1). Every instruction set is timed in each
 // round, rounds interleaved, so a noisy host slows all of them alike; prints the median round.
 // Checks the instruction sets' outputs equal the portable kernels' bit for bit before timing
 // (the portable kernels themselves are timed only where there is no other).
-//   phasekv_q8_bench [--type Q4_1] [--rows 192] [--k 576] [--rounds 9] [--ms 200]
+//   phasekv_q8_bench [--type Q4_1] [--rows 192] [--k 576, K-quants 768] [--rounds 9] [--ms 200]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,13 +20,23 @@ using namespace phasekv;
 
 int main(int argc, char** argv) {
   DType dt = DType::Q4_1;
-  int rows = 192, k = 576, rounds = 9;
+  int rows = 192, k = 0, rounds = 9;
+  struct Type {
+    const char* name;
+    DType t;
+    int bytes, elems;  // per block (super-block for K-quants)
+  };
+  const Type types[] = {{"Q4_0", DType::Q4_0, 18, 32},   {"Q4_1", DType::Q4_1, 20, 32},  {"Q8_0", DType::Q8_0, 34, 32},
+                        {"Q4_K", DType::Q4_K, 144, 256}, {"Q5_K", DType::Q5_K, 176, 256}, {"Q6_K", DType::Q6_K, 210, 256}};
+  const Type* ty = &types[1];
   double ms = 200;
   for (int i = 1; i < argc; ++i) {
     const std::string o = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     if (o == "-h" || o == "--help") {
-      std::printf("Usage: %s [--type Q4_0|Q4_1|Q8_0] [--rows N] [--k K] [--rounds N] [--ms MS]\n", argv[0]);
+      std::printf("Usage: %s [--type Q4_0|Q4_1|Q8_0|Q4_K|Q5_K|Q6_K] [--rows N] [--k K] [--rounds N] [--ms MS]\n"
+                  "  --rows 192 (default) keeps the weights in L2; --rows 262144 streams ~94 MB of Q4_1 from DRAM\n",
+                  argv[0]);
       return 0;
     }
     if (!v) {
@@ -35,9 +45,11 @@ int main(int argc, char** argv) {
     }
     ++i;
     if (o == "--type") {
-      dt = std::strcmp(v, "Q4_0") == 0 ? DType::Q4_0 : std::strcmp(v, "Q8_0") == 0 ? DType::Q8_0 : DType::Q4_1;
-      if (std::strcmp(v, "Q4_0") && std::strcmp(v, "Q4_1") && std::strcmp(v, "Q8_0")) {
-        std::fprintf(stderr, "%s: --type '%s': Q4_0, Q4_1 or Q8_0\n", argv[0], v);
+      ty = nullptr;
+      for (const Type& t : types)
+        if (std::strcmp(v, t.name) == 0) ty = &t;
+      if (!ty) {
+        std::fprintf(stderr, "%s: --type '%s': Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K\n", argv[0], v);
         return 2;
       }
     } else if (o == "--rows") {
@@ -53,20 +65,30 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (rows < 4 || k < 32 || k % 32 || rounds < 1 || ms <= 0) {
-    std::fprintf(stderr, "%s: --rows >= 4, --k a multiple of 32, --rounds >= 1, --ms > 0\n", argv[0]);
+  dt = ty->t;
+  if (k == 0) k = ty->elems == 256 ? 768 : 576;
+  if (rows < 4 || rows > (1 << 24) || k < ty->elems || k % ty->elems || k > (1 << 16) || rounds < 1 || rounds > 1000 ||
+      ms <= 0 || ms > 1e5) {
+    std::fprintf(stderr, "%s: --rows in [4, 2^24], --k a multiple of %d up to 65536, --rounds in [1, 1000], --ms in (0, 1e5]\n",
+                 argv[0], ty->elems);
     return 2;
   }
-  const size_t blk = dt == DType::Q8_0 ? 34 : dt == DType::Q4_1 ? 20 : 18;
-  const size_t rb = size_t(k) / 32 * blk;
+  const size_t rb = size_t(k) / size_t(ty->elems) * size_t(ty->bytes);
+  const double blk = double(ty->bytes) * 32 / ty->elems;  // bytes per 32 weights
   std::vector<uint8_t> w(rb * size_t(rows));
   std::mt19937 rng(1);
   for (uint8_t& b : w) b = uint8_t(rng());
-  for (int r = 0; r < rows; ++r)  // finite f16 scales (d ~ 2^-7, m ~ -2^-7)
-    for (int b = 0; b < k / 32; ++b) {
+  for (int r = 0; r < rows; ++r)  // finite f16 scales (d ~ 2^-7, m ~ -2^-7; K-quants' d, dmin ~ 2^-7)
+    for (int b = 0; b < k / ty->elems; ++b) {
+      uint8_t* p = &w[size_t(r) * rb + size_t(b) * size_t(ty->bytes)];
       const uint16_t d = 0x2000, m = 0xa000;
-      std::memcpy(&w[size_t(r) * rb + size_t(b) * blk], &d, 2);
-      if (dt == DType::Q4_1) std::memcpy(&w[size_t(r) * rb + size_t(b) * blk + 2], &m, 2);
+      if (dt == DType::Q6_K) {
+        std::memcpy(p + 208, &d, 2);
+      } else {
+        std::memcpy(p, &d, 2);
+        if (dt == DType::Q4_1) std::memcpy(p + 2, &m, 2);
+        if (dt == DType::Q4_K || dt == DType::Q5_K) std::memcpy(p + 2, &d, 2);
+      }
     }
   std::vector<float> x(static_cast<size_t>(k));
   for (float& v : x) v = float(rng() % 2001) / 1000.0f - 1.0f;
@@ -101,15 +123,14 @@ int main(int argc, char** argv) {
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
       gbs[i].push_back(blocks * calls / s / 1e9);
     }
-  std::printf("q8 decode matmul, %s, %d rows x k %d (%.1f KiB of weights), %d calls per round, %d rounds:\n",
-              dt == DType::Q8_0 ? "Q8_0" : dt == DType::Q4_1 ? "Q4_1" : "Q4_0", rows, k, double(w.size()) / 1024, calls,
-              rounds);
+  std::printf("q8 decode matmul, %s, %d rows x k %d (%.1f KiB of weights), %d calls per round, %d rounds:\n", ty->name,
+              rows, k, double(w.size()) / 1024, calls, rounds);
   for (size_t i = 0; i < ts.size(); ++i) {
     std::vector<double> v = gbs[i];
     std::sort(v.begin(), v.end());
     const double med = v[v.size() / 2];
     std::printf("  %-14s median %.3f Gblock/s = %5.1f GB/s of weights (rounds %.3f .. %.3f)\n", ts[i]->q8_isa, med,
-                med * double(blk), v.front(), v.back());
+                med * blk, v.front(), v.back());
   }
   return 0;
 }
