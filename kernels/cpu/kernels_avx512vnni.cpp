@@ -1,5 +1,5 @@
-// The q8 lanes with AVX-512 VNNI's vpdpbusd: 256-bit, and Q4_0 / Q4_1 / Q8_0 decode with two rows per
-// 512-bit register (the same bits). Compiled with -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vnni
+// The q8 lanes with AVX-512 VNNI's vpdpbusd: 256-bit, and Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K decode with two
+// rows per 512-bit register (the same bits). Compiled with -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vnni
 // -mavx512vl; only called after cpu_dispatch.cpp has checked the CPU has them.
 #if defined(__x86_64__)
 #define PKV_Q8_VNNI 1

@@ -181,6 +181,7 @@ struct PKV_Q8_AVX2_POLICY {
   }
   template <DType T>
   static void decode4_ymm(const MatmulArgs& a, int r0) {
+    static_assert(T == DType::Q4_0 || T == DType::Q4_1, "decode4_ymm: Q4_0 and Q4_1 only");
     constexpr int kBytes = block_bytes<T>();
     const int nb = a.k / 32;
     const uint8_t* rows[4];
@@ -212,8 +213,11 @@ struct PKV_Q8_AVX2_POLICY {
 #if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
 // GCC 12's avx512fintrin.h passes _mm512_undefined_*() as the unused merge source of unmasked
 // intrinsics, which -Wmaybe-uninitialized reports (GCC bug 105593, fixed in 13): silenced here only.
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
   // decode4 with 512-bit registers (AVX-512 F/BW + VNNI), Q4_0, Q4_1, Q8_0, Q4_K and Q5_K: rows r0, r0 + 1 in one register and r0 + 2,
   // r0 + 3 in another, eight lanes each -- lane j of row r's half holds exactly what lane j of
   // decode4_ymm's acc[r] holds: the same dpbusd lane sums, the same scale products, the same FMA
@@ -222,6 +226,8 @@ struct PKV_Q8_AVX2_POLICY {
   static __m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
   template <DType T>
   static void decode4_zmm(const MatmulArgs& a, int r0) {
+    static_assert(T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q8_0 || T == DType::Q4_K || T == DType::Q5_K,
+                  "decode4_zmm: Q4_0, Q4_1, Q8_0, Q4_K and Q5_K");
     constexpr int kBytes = block_bytes<T>();
     constexpr int kQs = T == DType::Q4_1 ? 4 : 2;  // Q4_0 / Q4_1: the packed nibbles' offset in a block
     const int nb = a.k / 32;
@@ -283,7 +289,7 @@ struct PKV_Q8_AVX2_POLICY {
           const __m512i q = _mm512_inserti64x4(
               _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p] + kOff + 32 * (j >> 1)))),
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p + 1] + kOff + 32 * (j >> 1))), 1);
-          __m512i w = _mm512_and_si512(_mm512_srl_epi16(q, _mm_cvtsi32_si128(4 * (j & 1))), low4);
+          __m512i w = _mm512_and_si512((j & 1) ? _mm512_srli_epi16(q, 4) : q, low4);  // an immediate shift
           if constexpr (T == DType::Q5_K) {  // the 5th bit: bit j of qh[i], as 0x10
             const __m512i qh = _mm512_inserti64x4(
                 _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p] + 16))),
@@ -318,7 +324,9 @@ struct PKV_Q8_AVX2_POLICY {
       PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = y[r] + m[2 * r + 1];
     }
   }
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
   static A zero() { return _mm256_setzero_ps(); }
   static A fma(A acc, S s, L l) { return _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(l), acc); }

@@ -6,6 +6,7 @@
 // (the portable kernels themselves are timed only where there is no other).
 //   phasekv_q8_bench [--type Q4_1] [--rows 192] [--k 576, K-quants 768] [--rounds 9] [--ms 200]
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -33,16 +34,33 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string o = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    const bool known = o == "--type" || o == "--rows" || o == "--k" || o == "--rounds" || o == "--ms";
     if (o == "-h" || o == "--help") {
       std::printf("Usage: %s [--type Q4_0|Q4_1|Q8_0|Q4_K|Q5_K|Q6_K] [--rows N] [--k K] [--rounds N] [--ms MS]\n"
                   "  --rows 192 (default) keeps the weights in L2; --rows 262144 streams ~94 MB of Q4_1 from DRAM\n",
                   argv[0]);
       return 0;
     }
+    if (!known) {
+      std::fprintf(stderr, "%s: unknown option '%s' (see --help)\n", argv[0], o.c_str());
+      return 2;
+    }
     if (!v) {
       std::fprintf(stderr, "%s: %s needs a value (see --help)\n", argv[0], o.c_str());
       return 2;
     }
+    // Whole numbers only ("1e6", "12abc" refused); --ms a finite positive number.
+    auto integer = [&](int* out) {
+      char* end = nullptr;
+      errno = 0;
+      const long n = std::strtol(v, &end, 10);
+      if (errno || end == v || *end || n < 0 || n > (1L << 30)) {
+        std::fprintf(stderr, "%s: %s '%s' is not a whole number in [0, 2^30]\n", argv[0], o.c_str(), v);
+        return false;
+      }
+      *out = int(n);
+      return true;
+    };
     ++i;
     if (o == "--type") {
       ty = nullptr;
@@ -53,28 +71,35 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (o == "--rows") {
-      rows = std::atoi(v);
+      if (!integer(&rows)) return 2;
     } else if (o == "--k") {
-      k = std::atoi(v);
+      if (!integer(&k)) return 2;
+      if (k == 0) {
+        std::fprintf(stderr, "%s: --k 0: give a positive multiple of the block size\n", argv[0]);
+        return 2;
+      }
     } else if (o == "--rounds") {
-      rounds = std::atoi(v);
-    } else if (o == "--ms") {
-      ms = std::atof(v);
-    } else {
-      std::fprintf(stderr, "%s: unknown option '%s' (see --help)\n", argv[0], o.c_str());
-      return 2;
+      if (!integer(&rounds)) return 2;
+    } else {  // --ms
+      char* end = nullptr;
+      ms = std::strtod(v, &end);
+      if (end == v || *end) ms = -1;  // refused below
     }
   }
   dt = ty->t;
   if (k == 0) k = ty->elems == 256 ? 768 : 576;
   if (rows < 4 || rows > (1 << 24) || k < ty->elems || k % ty->elems || k > (1 << 16) || rounds < 1 || rounds > 1000 ||
-      ms <= 0 || ms > 1e5) {
+      !(ms > 0 && ms <= 1e5)) {  // NaN fails too
     std::fprintf(stderr, "%s: --rows in [4, 2^24], --k a multiple of %d up to 65536, --rounds in [1, 1000], --ms in (0, 1e5]\n",
                  argv[0], ty->elems);
     return 2;
   }
   const size_t rb = size_t(k) / size_t(ty->elems) * size_t(ty->bytes);
   const double blk = double(ty->bytes) * 32 / ty->elems;  // bytes per 32 weights
+  if (double(rb) * rows > 16e9) {
+    std::fprintf(stderr, "%s: %d rows x %zu bytes is more than 16 GB of weights\n", argv[0], rows, rb);
+    return 2;
+  }
   std::vector<uint8_t> w(rb * size_t(rows));
   std::mt19937 rng(1);
   for (uint8_t& b : w) b = uint8_t(rng());
@@ -113,11 +138,11 @@ int main(int argc, char** argv) {
   if (ts.size() > 1) ts.erase(ts.begin());
   // Calls per timed round: about --ms milliseconds at 1 Gblock/s.
   const double blocks = double(rows) * (k / 32);
-  const int calls = std::max(1, int(ms * 1e6 / blocks));
+  const int calls = int(std::min(1e9, std::max(1.0, ms * 1e6 / blocks)));
   std::vector<std::vector<double>> gbs(ts.size());
   using clock = std::chrono::steady_clock;
   for (int r = 0; r < rounds; ++r)
-    for (size_t i = 0; i < ts.size(); ++i) {
+    for (size_t i = 0; i < ts.size(); ++i) {  // the median printed below: the upper one for an even count
       const auto t0 = clock::now();
       for (int c = 0; c < calls; ++c) ts[i]->matmul_q8_rows(a, 0, rows);
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
