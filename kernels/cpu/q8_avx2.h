@@ -242,6 +242,7 @@ struct PKV_Q8_AVX2_POLICY {
     // 128-bit lane i of [row a, row b] shifted by 0 (low nibbles) or 4 (high nibbles).
     const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
+    alignas(32) float kt[8][8];  // K-quants: the current super-block's headers (below)
     for (int b = 0; b < nb; ++b) {
       const BlockQ8x& x = a.xq[b];
       const __m256 xs = xscale(x);
@@ -259,10 +260,30 @@ struct PKV_Q8_AVX2_POLICY {
         sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3)), xs);
       } else {
         __m256 hdr;  // [d_r, m_r] per row
-        if constexpr (kquant<T>()) {  // load_scales' [d sc_j, -dmin m_j, d sc_j, 0] per row
-          const __m128 d0 = load_scales<T>(blk[0], j), d1 = load_scales<T>(blk[1], j);
-          const __m128 d2 = load_scales<T>(blk[2], j), d3 = load_scales<T>(blk[3], j);
-          hdr = _mm256_set_m128(_mm_movelh_ps(d2, d3), _mm_movelh_ps(d0, d1));
+        if constexpr (kquant<T>()) {
+          // A super-block's eight sub-block headers for the four rows, decoded once at its first
+          // sub-block: kt[2r][i] = d sc_i, kt[2r + 1][i] = dmin (-m_i) of row r -- load_scales'
+          // products (exact: an f16 times a 6-bit integer), the 6-bit fields unpacked eight at a
+          // time -- then sub-block j's header4-layout [d_r, m_r] is column j (a stride-8 gather).
+          if (j == 0) {
+            PKV_UNROLL for (int r = 0; r < 4; ++r) {
+              uint32_t u[3], dm;
+              std::memcpy(u, blk[r] + 4, 12);
+              std::memcpy(&dm, blk[r], 4);
+              // get_scale_min_k4's fields: sc 0..3 = u0 & 63, m 0..3 = u1 & 63; sc 4..7 = low
+              // nibbles of u2 | (u0 >> 6) << 4, m 4..7 = high nibbles of u2 | (u1 >> 6) << 4.
+              const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+              const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+              const __m128i sc8 = _mm_setr_epi32(int(u[0] & 0x3f3f3f3fu), int(sc_hi), 0, 0);
+              const __m128i m8 = _mm_setr_epi32(int(u[1] & 0x3f3f3f3fu), int(m_hi), 0, 0);
+              const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(int(dm)));  // [d, dmin, 0, 0]
+              const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc8));
+              const __m256 mf = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_cvtepu8_epi32(m8)));
+              _mm256_store_ps(kt[2 * r], _mm256_mul_ps(_mm256_broadcastss_ps(f), scf));
+              _mm256_store_ps(kt[2 * r + 1], _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(f), _mm256_set1_epi32(1)), mf));
+            }
+          }
+          hdr = _mm256_i32gather_ps(&kt[0][j], _mm256_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56), 4);
         } else {
           hdr = header4<T>(rows, b);
         }
