@@ -2,7 +2,8 @@
 """One table for a trained grid (tools/train/train.sh): per model the trainer's figures
 (evaluation loss, its own lookup accuracy), the export check, and the self-test's per-protocol
 mean accuracy, worst residue with its 95 % interval, gap, detected period and flagged residues.
-Writes OUT/summary.json and prints a Markdown table.
+Writes OUT/summary.json and prints a Markdown table; with OUT/causal.txt (train.sh's causal
+check) also the shifted model's worst residue and the weak band's deficit-centre move against k.
 
 Usage: summarize.py OUT [--grid NAME] [--check]
 --check: exit 1 unless every export matched (rel L2 <= its tolerance, same greedy tokens), no
@@ -10,7 +11,9 @@ full-attention model has a flagged residue, and a compressed model's flags, if a
 its stride S (the flagged set mod P is closed under +S, or the period scan found S).
 """
 import argparse
+import cmath
 import json
+import math
 import os
 import sys
 
@@ -21,6 +24,17 @@ def load(path):
             return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+def deficit_centre(acc):
+    """Where a per-residue accuracy curve is weak, as a residue: the circular mean of the
+    residues 0..P-1 weighted by their deficits (max accuracy - accuracy); None for a flat curve.
+    Unlike the argmin it is stable inside a band of near-equal weak residues."""
+    P, top = len(acc), max(acc)
+    z = sum((top - a) * cmath.exp(2j * math.pi * r / P) for r, a in enumerate(acc))
+    if abs(z) < 1e-9:
+        return None
+    return (cmath.phase(z) / (2 * math.pi) * P) % P
 
 
 def describe(cfg):
@@ -99,6 +113,12 @@ def main():
                     "flagged": b.get("flagged") or [], "flagged_shifted": s2.get("flagged") or [],
                     "acc": [r["accuracy"] for r in b["residues"]],
                     "acc_shifted": [r["accuracy"] for r in s2["residues"]]}
+                c = causal["protocols"][proto]
+                c0, c1 = deficit_centre(c["acc"]), deficit_centre(c["acc_shifted"])
+                c["centre"], c["centre_shifted"] = c0, c1
+                # The weak band's move, in (-P/2, P/2]: k if the curve translates with the gates.
+                moved = None if c0 is None or c1 is None else (c1 - c0) % P
+                c["centre_moved"] = moved - P if moved is not None and moved > P / 2 else moved
     summary = {"grid": a.grid, "models": rows, "causal": causal, "problems": problems}
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
@@ -131,7 +151,10 @@ def main():
         print()
         print(f"causal check on {causal['model']}: per-offset gate parameters shifted by {causal['shift']}")
         for proto, c in causal["protocols"].items():
+            moved = "-" if c["centre_moved"] is None else (f"{c['centre']:.1f} -> {c['centre_shifted']:.1f}, "
+                                                           f"moved {c['centre_moved']:+.1f}")
             print(f"  {proto}: worst residue {c['argmin']} -> {c['argmin_shifted']} (expected {c['expected']}); "
+                  f"deficit centre {moved} (k = {causal['shift']}); "
                   f"flagged {c['flagged'] or '-'} -> {c['flagged_shifted'] or '-'}")
     for p in problems:
         print("problem:", p)
