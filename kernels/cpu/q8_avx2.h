@@ -162,6 +162,13 @@ struct PKV_Q8_AVX2_POLICY {
     decode4_ymm<T>(a, r0);
 #endif
   }
+  // Block b's f16 scale d (its first two bytes) of four rows, converted exactly: [d_0 .. d_3].
+  template <DType T>
+  static __m128 d4(const uint8_t* const* rows, int b) {
+    uint16_t h[4];
+    PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * block_bytes<T>(), 2);
+    return _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
+  }
   // Q4_0 / Q4_1's per-block header of four rows: [d_r, m_r] per row (lanes 2r, 2r + 1).
   template <DType T>
   static __m256 header4(const uint8_t* const* rows, int b) {
@@ -172,10 +179,7 @@ struct PKV_Q8_AVX2_POLICY {
       return _mm256_cvtph_ps(_mm_setr_epi32(int(h[0]), int(h[1]), int(h[2]), int(h[3])));
     } else {  // Q4_0: [d_r, -8 d_r], d times 1 and -8, exact (load_scales' values)
       constexpr float kMin = float(-offset_w<T>());
-      uint16_t h[4];
-      PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 2);
-      const __m128 d4 = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
-      return _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
+      return _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4<T>(rows, b)), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
                            _mm256_setr_ps(1.0f, kMin, 1.0f, kMin, 1.0f, kMin, 1.0f, kMin));
     }
   }
@@ -254,10 +258,7 @@ struct PKV_Q8_AVX2_POLICY {
       }
       __m256 sp;  // lane r: d_r * d_x0, r + 4: d_r * d_x1 (scale()'s products)
       if constexpr (T == DType::Q8_0) {  // no minimum: the four rows' d only
-        uint16_t h[4];
-        PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 2);
-        const __m128 d4 = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
-        sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3)), xs);
+        sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4<T>(rows, b)), _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3)), xs);
       } else {
         __m256 hdr;  // [d_r, m_r] per row
         if constexpr (kquant<T>()) {

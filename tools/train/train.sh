@@ -21,8 +21,8 @@
 #                   PHASEKV_TOOL / PHASEKV_LIB name the two files directly
 #   TRAIN_OUT       output directory instead of $PHASEKV_CACHE/train/GRID
 #   TRAIN_SAMPLES   self-test samples per stage and protocol (default 24 micro, 48 micro6 and small)
-#   TRAIN_MODELS    the models instead of the grid's, as NAME:SEED words (NAME full, w8s8, w8s4, w4s4,
-#                   w8s8-uniform), e.g. "w8s8:3 w8s8:4" for more seeds of micro6 (use a TRAIN_OUT of
+#   TRAIN_MODELS    the models instead of the grid's, as NAME:SEED words (NAME a train.py --model:
+#                   full, w8s8, w8s4, w4s4, w8s8-uniform, ...), e.g. "w8s8:3 w8s8:4" for more seeds of micro6 (use a TRAIN_OUT of
 #                   their own: the causal check runs on the first model with learned gates)
 #   TRAIN_JOBS      training runs at a time (default: nproc)
 # Needs the Python venv of scripts/install-deps.sh --python --train (numpy, gguf, jax, optax).
@@ -66,11 +66,8 @@ case "$GRID" in
   small) MODELS=$SIX; SIZE=small; SAMPLES=${TRAIN_SAMPLES:-48}; PERIOD=8; TRAIN_ARGS=("${LEARNS[@]}") ;;
 esac
 MODELS=${TRAIN_MODELS:-$MODELS}
-for m in $MODELS; do
-  case "$m" in
-    full:[0-9]*|w8s8:[0-9]*|w8s4:[0-9]*|w4s4:[0-9]*|w8s8-uniform:[0-9]*) ;;
-    *) echo "train.sh: TRAIN_MODELS: '$m' is not NAME:SEED (NAME full, w8s8, w8s4, w4s4 or w8s8-uniform)" >&2; exit 2 ;;
-  esac
+for m in $MODELS; do  # the shape only: train.py's --model choices judge the name
+  [[ $m =~ ^[a-z0-9-]+:[0-9]+$ ]] || { echo "train.sh: TRAIN_MODELS: '$m' is not NAME:SEED, e.g. w8s8:3" >&2; exit 2; }
 done
 mkdir -p "$OUT"
 rm -f "$OUT/causal.txt"
@@ -78,6 +75,7 @@ start=$(date +%s)
 # Training: one model per core at a time (each single-threaded: the same result as alone). A
 # cached model is reused only when it was trained with the same arguments ($d.args).
 JOBS=${TRAIN_JOBS:-$(nproc)}
+[[ $JOBS =~ ^[1-9][0-9]*$ ]] || { echo "train.sh: TRAIN_JOBS '$JOBS' is not a positive whole number" >&2; exit 2; }
 pids=()
 names=()
 stop_runs() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
