@@ -1,7 +1,7 @@
 // The q8 policy for AVX2 (maddubs + madd) and, with PKV_Q8_VNNI, AVX-512 VNNI's 256-bit
 // vpdpbusd (AVX512VNNI + AVX512VL): the same lanes, one instruction instead of two; with
-// PKV_Q8_ZMM too (AVX512F, BW), Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K decode keeps two rows per 512-bit register
-// (decode4_zmm). Included
+// PKV_Q8_ZMM too (AVX512F, BW), every weight type's decode keeps two rows per 512-bit register
+// (decode4_zmm; K-quants a super-block per iteration, decode4_zmm_k). Included
 // by kernels_avx2.cpp and kernels_avx512vnni.cpp, which are compiled for those instructions.
 #pragma once
 
@@ -150,14 +150,17 @@ struct PKV_Q8_AVX2_POLICY {
   template <DType T>
   static constexpr bool decode4_ok() {
 #if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
-    if (T == DType::Q8_0 || T == DType::Q4_K || T == DType::Q5_K) return true;  // decode4_zmm only
+    return true;  // decode4_zmm, decode4_zmm_k (K-quants): every q8 weight type
 #endif
     return T == DType::Q4_0 || T == DType::Q4_1;
   }
   template <DType T>
   static void decode4(const MatmulArgs& a, int r0) {
 #if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
-    decode4_zmm<T>(a, r0);
+    if constexpr (kquant<T>())
+      decode4_zmm_k<T>(a, r0);
+    else
+      decode4_zmm<T>(a, r0);
 #else
     decode4_ymm<T>(a, r0);
 #endif
@@ -169,15 +172,15 @@ struct PKV_Q8_AVX2_POLICY {
     PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * block_bytes<T>(), 2);
     return _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
   }
-  // Q4_0 / Q4_1's per-block header of four rows: [d_r, m_r] per row (lanes 2r, 2r + 1).
+  // Q4_0 / Q4_1 / Q5_0 / Q5_1's per-block header of four rows: [d_r, m_r] per row (lanes 2r, 2r + 1).
   template <DType T>
   static __m256 header4(const uint8_t* const* rows, int b) {
     constexpr int kBytes = block_bytes<T>();
-    if constexpr (T == DType::Q4_1) {
+    if constexpr (stored_min<T>()) {
       uint32_t h[4];
       PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + size_t(b) * kBytes, 4);
       return _mm256_cvtph_ps(_mm_setr_epi32(int(h[0]), int(h[1]), int(h[2]), int(h[3])));
-    } else {  // Q4_0: [d_r, -8 d_r], d times 1 and -8, exact (load_scales' values)
+    } else {  // Q4_0 / Q5_0: [d_r, -8 d_r] / [d_r, -16 d_r], d times 1 and -8 / -16, exact (load_scales' values)
       constexpr float kMin = float(-offset_w<T>());
       return _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4<T>(rows, b)), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
                            _mm256_setr_ps(1.0f, kMin, 1.0f, kMin, 1.0f, kMin, 1.0f, kMin));
@@ -222,129 +225,239 @@ struct PKV_Q8_AVX2_POLICY {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-  // decode4 with 512-bit registers (AVX-512 F/BW + VNNI), Q4_0, Q4_1, Q8_0, Q4_K and Q5_K: rows r0, r0 + 1 in one register and r0 + 2,
-  // r0 + 3 in another, eight lanes each -- lane j of row r's half holds exactly what lane j of
-  // decode4_ymm's acc[r] holds: the same dpbusd lane sums, the same scale products, the same FMA
-  // per block in the same order, and hsum over the same eight lanes. The same bits, with half the
-  // unpack, convert and FMA instructions per row and block (docs/PERFORMANCE.md: the speed-up).
+  // decode4 with 512-bit registers (AVX-512 F/BW + VNNI), Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: rows
+  // r0, r0 + 1 in one register and r0 + 2, r0 + 3 in another, eight lanes each -- lane j of row
+  // r's half holds exactly what lane j of tile<P, T, 4, 1>'s acc[r] holds: the same dpbusd lane
+  // sums, the same scale products, the same FMA per block in the same order, and hsum over the
+  // same eight lanes. The same bits, with half the unpack, convert and FMA instructions per row
+  // and block (docs/PERFORMANCE.md: the speed-up).
   static __m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+  // [lo, hi] of two rows' 32 bytes at offset `off` of their blocks.
+  static __m512i load2(const uint8_t* ra, const uint8_t* rb, int off) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ra + off))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rb + off)), 1);
+  }
+  // Lane scales of a row pair from sp (lane r: row r's scale times d_x0, r + 4: times d_x1).
+  static __m512 pair_scales(__m256 sp, int p) {
+    const __m512i idx01 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 1, 1, 1, 1, 5, 5, 5, 5);
+    const __m512i idx23 = _mm512_setr_epi32(2, 2, 2, 2, 6, 6, 6, 6, 3, 3, 3, 3, 7, 7, 7, 7);
+    return _mm512_permutexvar_ps(p == 0 ? idx01 : idx23, _mm512_castps256_ps512(sp));
+  }
   template <DType T>
   static void decode4_zmm(const MatmulArgs& a, int r0) {
-    static_assert(T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q8_0 || T == DType::Q4_K || T == DType::Q5_K,
-                  "decode4_zmm: Q4_0, Q4_1, Q8_0, Q4_K and Q5_K");
+    static_assert(T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 || T == DType::Q5_1 || T == DType::Q8_0,
+                  "decode4_zmm: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (K-quants: decode4_zmm_k)");
     constexpr int kBytes = block_bytes<T>();
-    constexpr int kQs = T == DType::Q4_1 ? 4 : 2;  // Q4_0 / Q4_1: the packed nibbles' offset in a block
+    // Q4_* / Q5_*: the packed nibbles' offset in a block (after d, m and Q5's qh)
+    constexpr int kQs = 2 + (stored_min<T>() ? 2 : 0) + (T == DType::Q5_0 || T == DType::Q5_1 ? 4 : 0);
     const int nb = a.k / 32;
     const uint8_t* rows[4];
     for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
     __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     const __m256i pick_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-    // Lane scales of a row pair from sp (lane r: d_r * d_x0, r + 4: d_r * d_x1).
-    const __m512i idx01 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 1, 1, 1, 1, 5, 5, 5, 5);
-    const __m512i idx23 = _mm512_setr_epi32(2, 2, 2, 2, 6, 6, 6, 6, 3, 3, 3, 3, 7, 7, 7, 7);
     // 128-bit lane i of [row a, row b] shifted by 0 (low nibbles) or 4 (high nibbles).
     const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    alignas(32) float kt[8][8];  // K-quants: the current super-block's headers (below)
     for (int b = 0; b < nb; ++b) {
       const BlockQ8x& x = a.xq[b];
       const __m256 xs = xscale(x);
-      const int j = sub_block<T>(b);
       const uint8_t* blk[4];
       PKV_UNROLL for (int r = 0; r < 4; ++r) {
-        blk[r] = block_at<T>(rows[r], b);
-        __builtin_prefetch(rows[r] + size_t(b) * (kBytes / (kquant<T>() ? 8 : 1)) + PKV_Q8_PREFETCH);
+        blk[r] = rows[r] + size_t(b) * kBytes;
+        __builtin_prefetch(blk[r] + PKV_Q8_PREFETCH);
       }
       __m256 sp;  // lane r: d_r * d_x0, r + 4: d_r * d_x1 (scale()'s products)
       if constexpr (T == DType::Q8_0) {  // no minimum: the four rows' d only
         sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4<T>(rows, b)), _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3)), xs);
       } else {
-        __m256 hdr;  // [d_r, m_r] per row
-        if constexpr (kquant<T>()) {
-          // A super-block's eight sub-block headers for the four rows, decoded once at its first
-          // sub-block: kt[2r][i] = d sc_i, kt[2r + 1][i] = dmin (-m_i) of row r -- load_scales'
-          // products (exact: an f16 times a 6-bit integer), the 6-bit fields unpacked eight at a
-          // time -- then sub-block j's header4-layout [d_r, m_r] is column j (a stride-8 gather).
-          if (j == 0) {
-            PKV_UNROLL for (int r = 0; r < 4; ++r) {
-              uint32_t u[3], dm;
-              std::memcpy(u, blk[r] + 4, 12);
-              std::memcpy(&dm, blk[r], 4);
-              // get_scale_min_k4's fields: sc 0..3 = u0 & 63, m 0..3 = u1 & 63; sc 4..7 = low
-              // nibbles of u2 | (u0 >> 6) << 4, m 4..7 = high nibbles of u2 | (u1 >> 6) << 4.
-              const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-              const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-              const __m128i sc8 = _mm_setr_epi32(int(u[0] & 0x3f3f3f3fu), int(sc_hi), 0, 0);
-              const __m128i m8 = _mm_setr_epi32(int(u[1] & 0x3f3f3f3fu), int(m_hi), 0, 0);
-              const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(int(dm)));  // [d, dmin, 0, 0]
-              const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc8));
-              const __m256 mf = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_cvtepu8_epi32(m8)));
-              _mm256_store_ps(kt[2 * r], _mm256_mul_ps(_mm256_broadcastss_ps(f), scf));
-              _mm256_store_ps(kt[2 * r + 1], _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(f), _mm256_set1_epi32(1)), mf));
-            }
-          }
-          hdr = _mm256_i32gather_ps(&kt[0][j], _mm256_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56), 4);
-        } else {
-          hdr = header4<T>(rows, b);
-        }
+        const __m256 hdr = header4<T>(rows, b);  // [d_r, m_r] per row
         sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick_d), xs);
         const __m256 s = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
         accm = _mm256_fmadd_ps(hdr, s, accm);
       }
       const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
-      const __m512 sp512 = _mm512_castps256_ps512(sp);
       PKV_UNROLL for (int p = 0; p < 2; ++p) {
         __m512i l;
         if constexpr (T == DType::Q8_0) {
           // [w_a, w_b], signed: |w| times x negated where w < 0 (the sign trick of lanes(); where
           // w = 0 the product is 0 either way, so the integer lane sums are lanes()' exactly).
-          const __m512i w = _mm512_inserti64x4(
-              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p] + 2))),
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p + 1] + 2)), 1);
+          const __m512i w = load2(blk[2 * p], blk[2 * p + 1], 2);
           const __m512i sx = _mm512_mask_sub_epi8(xq, _mm512_movepi8_mask(w), _mm512_setzero_si512(), xq);
           l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), sx);
-        } else if constexpr (kquant<T>()) {
-          // Q4_K / Q5_K: sub-blocks 2i and 2i + 1 are the low and high nibbles of the same 32
-          // bytes: [bytes_a, bytes_b] shifted by 4 (j & 1), masked (load_w's values).
-          constexpr int kOff = T == DType::Q4_K ? 16 : 48;
-          const __m512i q = _mm512_inserti64x4(
-              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p] + kOff + 32 * (j >> 1)))),
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p + 1] + kOff + 32 * (j >> 1))), 1);
-          __m512i w = _mm512_and_si512((j & 1) ? _mm512_srli_epi16(q, 4) : q, low4);  // an immediate shift
-          if constexpr (T == DType::Q5_K) {  // the 5th bit: bit j of qh[i], as 0x10
-            const __m512i qh = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p] + 16))),
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2 * p + 1] + 16)), 1);
-            const __mmask64 hi = _mm512_test_epi8_mask(qh, _mm512_set1_epi8(char(1 << j)));
-            w = _mm512_or_si512(w, _mm512_maskz_mov_epi8(hi, _mm512_set1_epi8(0x10)));
-          }
-          l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
         } else {
           // [qs_a, qs_a, qs_b, qs_b] (two broadcast loads, one insert) -> nibbles: lanes 0..31
           // row a's elements, 32..63 row b's.
           const __m256i qa = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2 * p] + kQs)));
           const __m256i qb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2 * p + 1] + kQs)));
           const __m512i dup = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1);
-          const __m512i w = _mm512_and_si512(_mm512_srlv_epi64(dup, shift), low4);
+          __m512i w = _mm512_and_si512(_mm512_srlv_epi64(dup, shift), low4);
+          if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
+            // The 5th bit of element i (lane i of its row's half) is bit i of qh: 0x10 added
+            // under the mask [qh_a, qh_b] (a nibble plus 16 is the nibble or 16: load_w's values).
+            const __mmask64 hi = _cvtu64_mask64(uint64_t(qh_bits<T>(blk[2 * p])) | uint64_t(qh_bits<T>(blk[2 * p + 1])) << 32);
+            w = _mm512_mask_add_epi8(w, hi, w, _mm512_set1_epi8(0x10));
+          }
           l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
         }
-        const __m512 sc = _mm512_permutexvar_ps(p == 0 ? idx01 : idx23, sp512);
         if (p == 0)
-          acc01 = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(l), acc01);
+          acc01 = _mm512_fmadd_ps(pair_scales(sp, 0), _mm512_cvtepi32_ps(l), acc01);
         else
-          acc23 = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(l), acc23);
+          acc23 = _mm512_fmadd_ps(pair_scales(sp, 1), _mm512_cvtepi32_ps(l), acc23);
       }
     }
+    store4<T>(a, r0, acc01, acc23, accm);
+  }
+  // The four outputs: each row's eight lanes summed in hsum's order, plus (types with a
+  // minimum) lane 2r + 1 of accm.
+  template <DType T>
+  static void store4(const MatmulArgs& a, int r0, __m512 acc01, __m512 acc23, __m256 accm) {
     const float y[4] = {hsum(_mm512_castps512_ps256(acc01)), hsum(upper(acc01)), hsum(_mm512_castps512_ps256(acc23)),
                         hsum(upper(acc23))};
-    if constexpr (T == DType::Q8_0) {
+    if constexpr (!has_min<T>()) {
       PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = y[r];
     } else {
       alignas(32) float m[8];
       _mm256_store_ps(m, accm);
       PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = y[r] + m[2 * r + 1];
     }
+  }
+  // K-quants' decode4 with 512-bit registers, a super-block (eight sub-blocks) of four rows per
+  // iteration. The headers are decoded once per super-block, all four rows at a time: each row's
+  // sixteen 8-bit fields (Q4_K / Q5_K: the eight 6-bit scales and minima unpacked as
+  // get_scale_min_k4 packs them, interleaved [sc_j, m_j]; Q6_K: its sixteen int8 scales, pairs
+  // [sc_2j, sc_2j+1]) in one 128-bit lane per row, a 16-bit word per sub-block; one vpermw
+  // transposes that to a word per (sub-block, row); per two sub-blocks one widening and one
+  // multiply give the products load_scales computes -- d sc_j and dmin (-m_j) (Q6_K: d sc), an
+  // f16 times a 6- or 8-bit integer, exact, so the same values in any order. The sub-blocks are
+  // then unrolled (the nibble shifts and Q5_K's high-bit masks become immediates) and each does
+  // what decode4_zmm does for a block, in tile<P, T, 4, 1>'s order: the same bits.
+  template <DType T>
+  static void decode4_zmm_k(const MatmulArgs& a, int r0) {
+    static_assert(kquant<T>(), "decode4_zmm_k: Q4_K, Q5_K and Q6_K");
+    constexpr int kBytes = block_bytes<T>();
+    const int nsb = a.k / 256;
+    const uint8_t* rows[4];
+    for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
+    __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    // hdr (below) is [w_0, w'_0, .. w_3, w'_3]: Q4_K / Q5_K's [d sc, dmin (-m)] per row, whose
+    // even lanes are the scales; Q6_K's [d sc_2j, d sc_2j+1] per row, the scales of elements
+    // 0..15 then 16..31. sp's lane r must be the first (times d_x0), r + 4 the second (d_x1).
+    const __m256i pick = T == DType::Q6_K ? _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7) : _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    // Word r * 8 + j (row r's field pair of sub-block j) -> word 4 j + r.
+    const __m512i transpose = _mm512_setr_epi32(0x00080000, 0x00180010, 0x00090001, 0x00190011, 0x000a0002, 0x001a0012,
+                                                0x000b0003, 0x001b0013, 0x000c0004, 0x001c0014, 0x000d0005, 0x001d0015,
+                                                0x000e0006, 0x001e0016, 0x000f0007, 0x001f0017);
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int s = 0; s < nsb; ++s) {
+      const uint8_t* sb[4];
+      PKV_UNROLL for (int r = 0; r < 4; ++r) {
+        sb[r] = rows[r] + size_t(s) * kBytes;
+        // A line of prefetch per 64 bytes: consecutive addresses at most 64 apart, every line.
+        PKV_UNROLL for (int off = 0; off < kBytes; off += 64) __builtin_prefetch(sb[r] + off + PKV_Q8_PREFETCH);
+      }
+      __m512 hk[4];  // sub-blocks 2k (low eight lanes) and 2k + 1 (high): hdr's layout
+      if constexpr (T == DType::Q6_K) {
+        uint16_t h[4];
+        PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], sb[r] + 208, 2);
+        const __m128 d = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
+        const __m512 d16 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3),
+                                                 _mm512_castps128_ps512(d));
+        __m512i f = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb[0] + 192)));
+        f = _mm512_inserti32x4(f, _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb[1] + 192)), 1);
+        f = _mm512_inserti32x4(f, _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb[2] + 192)), 2);
+        f = _mm512_inserti32x4(f, _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb[3] + 192)), 3);
+        f = _mm512_permutexvar_epi16(transpose, f);
+        hk[0] = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(f))));
+        hk[1] = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(f, 1))));
+        hk[2] = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(f, 2))));
+        hk[3] = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(f, 3))));
+      } else {
+        uint32_t dm[4];
+        __m128i fr[4];
+        PKV_UNROLL for (int r = 0; r < 4; ++r) {
+          uint32_t u[3];
+          std::memcpy(&dm[r], sb[r], 4);
+          std::memcpy(u, sb[r] + 4, 12);
+          // get_scale_min_k4's fields: sc 0..3 = u0 & 63, m 0..3 = u1 & 63; sc 4..7 = low
+          // nibbles of u2 | (u0 >> 6) << 4, m 4..7 = high nibbles of u2 | (u1 >> 6) << 4.
+          const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+          const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+          fr[r] = _mm_unpacklo_epi8(_mm_setr_epi32(int(u[0] & 0x3f3f3f3fu), int(sc_hi), 0, 0),
+                                    _mm_setr_epi32(int(u[1] & 0x3f3f3f3fu), int(m_hi), 0, 0));  // [sc_j, m_j]
+        }
+        // [d_r, dmin_r] per row, twice.
+        const __m256 hd = _mm256_cvtph_ps(_mm_setr_epi32(int(dm[0]), int(dm[1]), int(dm[2]), int(dm[3])));
+        const __m512 hd16 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(hd)), _mm256_castps_pd(hd), 1));
+        __m512i f = _mm512_inserti32x4(_mm512_castsi128_si512(fr[0]), fr[1], 1);
+        f = _mm512_inserti32x4(_mm512_inserti32x4(f, fr[2], 2), fr[3], 3);
+        f = _mm512_permutexvar_epi16(transpose, f);
+        // The minima negated as integers (float(-m): +0 for m = 0, as load_scales computes it).
+        const auto widen = [&](__m128i v) {
+          const __m512i i = _mm512_cvtepu8_epi32(v);
+          return _mm512_mul_ps(hd16, _mm512_cvtepi32_ps(_mm512_mask_sub_epi32(i, 0xaaaa, _mm512_setzero_si512(), i)));
+        };
+        hk[0] = widen(_mm512_castsi512_si128(f));
+        hk[1] = widen(_mm512_extracti32x4_epi32(f, 1));
+        hk[2] = widen(_mm512_extracti32x4_epi32(f, 2));
+        hk[3] = widen(_mm512_extracti32x4_epi32(f, 3));
+      }
+      const BlockQ8x* xb = a.xq + size_t(s) * 8;
+      const auto sub = [&](auto jc) {
+        constexpr int j = decltype(jc)::value;
+        const BlockQ8x& x = xb[j];
+        const __m256 hdr = (j & 1) ? upper(hk[j >> 1]) : _mm512_castps512_ps256(hk[j >> 1]);
+        const __m256 sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick), xscale(x));
+        if constexpr (T != DType::Q6_K) {  // lane 2r + 1: dmin_r (-m_j) * s + acc (fma_min1's)
+          const __m256 sx = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
+          accm = _mm256_fmadd_ps(hdr, sx, accm);
+        }
+        const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
+        __m512i x32;  // Q6_K: 32 times the sum of each lane's four x (w = q - 32: sum q x - 32 sum x)
+        if constexpr (T == DType::Q6_K) x32 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), xq);
+        PKV_UNROLL for (int p = 0; p < 2; ++p) {
+          const uint8_t* ra = sb[2 * p];
+          const uint8_t* rb = sb[2 * p + 1];
+          __m512i l;
+          if constexpr (T == DType::Q6_K) {
+            // Sub-block j = half h, quarter q: low 4 bits nibble q / 2 of ql[64 h + 32 (q & 1)],
+            // high 2 bits bits 2q, 2q + 1 of qh[128 + 32 h] (load_w's values, plus 32).
+            constexpr int h = j >> 2, q = j & 3;
+            const __m512i ql = load2(ra, rb, 64 * h + 32 * (q & 1));
+            const __m512i qh = load2(ra, rb, 128 + 32 * h);
+            const __m512i lo = _mm512_and_si512(q >> 1 ? _mm512_srli_epi16(ql, 4) : ql, low4);
+            // Bits 2q, 2q + 1 to 4, 5 (a 16-bit shift: what crosses a byte lands outside 0x30).
+            const __m512i hs = q == 0 ? _mm512_slli_epi16(qh, 4) : q == 1 ? _mm512_slli_epi16(qh, 2) : q == 2 ? qh : _mm512_srli_epi16(qh, 2);
+            const __m512i u = _mm512_or_si512(lo, _mm512_and_si512(hs, _mm512_set1_epi8(0x30)));
+            l = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xq), x32);
+          } else {
+            // Sub-blocks 2i and 2i + 1 are the low and high nibbles of the same 32 bytes.
+            constexpr int kOff = T == DType::Q4_K ? 16 : 48;
+            const __m512i qs = load2(ra, rb, kOff + 32 * (j >> 1));
+            __m512i w = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(qs, 4) : qs, low4);
+            if constexpr (T == DType::Q5_K) {  // the 5th bit: bit j of qh[i], 16 added under it
+              const __mmask64 hi = _mm512_test_epi8_mask(load2(ra, rb, 16), _mm512_set1_epi8(char(1 << j)));
+              w = _mm512_mask_add_epi8(w, hi, w, _mm512_set1_epi8(0x10));
+            }
+            l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
+          }
+          if (p == 0)
+            acc01 = _mm512_fmadd_ps(pair_scales(sp, 0), _mm512_cvtepi32_ps(l), acc01);
+          else
+            acc23 = _mm512_fmadd_ps(pair_scales(sp, 1), _mm512_cvtepi32_ps(l), acc23);
+        }
+      };
+      sub(std::integral_constant<int, 0>{});
+      sub(std::integral_constant<int, 1>{});
+      sub(std::integral_constant<int, 2>{});
+      sub(std::integral_constant<int, 3>{});
+      sub(std::integral_constant<int, 4>{});
+      sub(std::integral_constant<int, 5>{});
+      sub(std::integral_constant<int, 6>{});
+      sub(std::integral_constant<int, 7>{});
+    }
+    store4<T>(a, r0, acc01, acc23, accm);
   }
 #if !defined(__clang__)
 #pragma GCC diagnostic pop

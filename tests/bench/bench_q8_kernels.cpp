@@ -1,4 +1,4 @@
-// The q8 decode matmul alone (one token x rows of Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights): Gblock/s and GB/s
+// The q8 decode matmul alone (one token x rows of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights): Gblock/s and GB/s
 // of weights per instruction set, with the weights hot in L2 (the default 192 rows of k 576) or
 // streamed from DRAM (--rows 262144: 94 MB of Q4_1). Every instruction set is timed in each
 // round, rounds interleaved, so a noisy host slows all of them alike; prints the median round.
@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
     DType t;
     int bytes, elems;  // per block (super-block for K-quants)
   };
-  const Type types[] = {{"Q4_0", DType::Q4_0, 18, 32},   {"Q4_1", DType::Q4_1, 20, 32},  {"Q8_0", DType::Q8_0, 34, 32},
+  const Type types[] = {{"Q4_0", DType::Q4_0, 18, 32},   {"Q4_1", DType::Q4_1, 20, 32},  {"Q5_0", DType::Q5_0, 22, 32},
+                        {"Q5_1", DType::Q5_1, 24, 32},   {"Q8_0", DType::Q8_0, 34, 32},
                         {"Q4_K", DType::Q4_K, 144, 256}, {"Q5_K", DType::Q5_K, 176, 256}, {"Q6_K", DType::Q6_K, 210, 256}};
   const Type* ty = &types[1];
   double ms = 200;
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     const bool known = o == "--type" || o == "--rows" || o == "--k" || o == "--rounds" || o == "--ms";
     if (o == "-h" || o == "--help") {
-      std::printf("Usage: %s [--type Q4_0|Q4_1|Q8_0|Q4_K|Q5_K|Q6_K] [--rows N] [--k K] [--rounds N] [--ms MS]\n"
+      std::printf("Usage: %s [--type Q4_0|Q4_1|Q5_0|Q5_1|Q8_0|Q4_K|Q5_K|Q6_K] [--rows N] [--k K] [--rounds N] [--ms MS]\n"
                   "  --rows 192 (default) keeps the weights in L2; --rows 262144 streams ~94 MB of Q4_1 from DRAM\n",
                   argv[0]);
       return 0;
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
       for (const Type& t : types)
         if (std::strcmp(v, t.name) == 0) ty = &t;
       if (!ty) {
-        std::fprintf(stderr, "%s: --type '%s': Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K\n", argv[0], v);
+        std::fprintf(stderr, "%s: --type '%s': Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K\n", argv[0], v);
         return 2;
       }
     } else if (o == "--rows") {
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
         std::memcpy(p + 208, &d, 2);
       } else {
         std::memcpy(p, &d, 2);
-        if (dt == DType::Q4_1) std::memcpy(p + 2, &m, 2);
+        if (dt == DType::Q4_1 || dt == DType::Q5_1) std::memcpy(p + 2, &m, 2);
         if (dt == DType::Q4_K || dt == DType::Q5_K) std::memcpy(p + 2, &d, 2);
       }
     }
