@@ -149,10 +149,7 @@ struct PKV_Q8_AVX2_POLICY {
   static constexpr bool kHasDecode4 = true;
   template <DType T>
   static constexpr bool decode4_ok() {
-#if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
-    return true;  // decode4_zmm, decode4_zmm_k (K-quants): every q8 weight type
-#endif
-    return T == DType::Q4_0 || T == DType::Q4_1;
+    return true;  // decode4_ymm, decode4_ymm_k (K-quants): every q8 weight type
   }
   template <DType T>
   static void decode4(const MatmulArgs& a, int r0) {
@@ -162,7 +159,10 @@ struct PKV_Q8_AVX2_POLICY {
     else
       decode4_zmm<T>(a, r0);
 #else
-    decode4_ymm<T>(a, r0);
+    if constexpr (kquant<T>())
+      decode4_ymm_k<T>(a, r0);
+    else
+      decode4_ymm<T>(a, r0);
 #endif
   }
   // Block b's f16 scale d (its first two bytes) of four rows, converted exactly: [d_0 .. d_3].
@@ -188,7 +188,7 @@ struct PKV_Q8_AVX2_POLICY {
   }
   template <DType T>
   static void decode4_ymm(const MatmulArgs& a, int r0) {
-    static_assert(T == DType::Q4_0 || T == DType::Q4_1, "decode4_ymm: Q4_0 and Q4_1 only");
+    static_assert(!kquant<T>(), "decode4_ymm: 32-element block types (K-quants: decode4_ymm_k)");
     constexpr int kBytes = block_bytes<T>();
     const int nb = a.k / 32;
     const uint8_t* rows[4];
@@ -196,26 +196,166 @@ struct PKV_Q8_AVX2_POLICY {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     __m256 accm = _mm256_setzero_ps();
     const __m256i pick_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-    const __m256i row_idx[4] = {_mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), _mm256_setr_epi32(1, 1, 1, 1, 5, 5, 5, 5),
-                                _mm256_setr_epi32(2, 2, 2, 2, 6, 6, 6, 6), _mm256_setr_epi32(3, 3, 3, 3, 7, 7, 7, 7)};
     for (int b = 0; b < nb; ++b) {
       const BlockQ8x& x = a.xq[b];
       const __m256 xs = xscale(x);  // [d_x0 x4, d_x1 x4]
-      const __m256 hdr = header4<T>(rows, b);  // [d_r, m_r] per row
-      // Lanes r and r + 4: d_r * d_x0 and d_r * d_x1 (scale()'s products).
-      const __m256 sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick_d), xs);
-      // Lane 2r + 1: m_r * s + acc (fma_min1's), the even lanes d_r * 0 + 0, never read.
-      const __m256 s = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
-      accm = _mm256_fmadd_ps(hdr, s, accm);
+      __m256 sp;  // lanes r and r + 4: d_r * d_x0 and d_r * d_x1 (scale()'s products)
+      if constexpr (!has_min<T>()) {  // Q8_0: the four rows' d only
+        sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4<T>(rows, b)), _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3)), xs);
+      } else {
+        const __m256 hdr = header4<T>(rows, b);  // [d_r, m_r] per row
+        sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick_d), xs);
+        // Lane 2r + 1: m_r * s + acc (fma_min1's), the even lanes d_r * 0 + 0, never read.
+        const __m256 s = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
+        accm = _mm256_fmadd_ps(hdr, s, accm);
+      }
       PKV_UNROLL for (int r = 0; r < 4; ++r) {  // unrolled: acc[] stays in registers
         const uint8_t* blk = rows[r] + size_t(b) * kBytes;
         __builtin_prefetch(blk + PKV_Q8_PREFETCH);
-        acc[r] = fma(acc[r], _mm256_permutevar8x32_ps(sp, row_idx[r]), lanes<T>(load_w<T>(blk, 0), x.q));
+        acc[r] = fma(acc[r], _mm256_permutevar8x32_ps(sp, row_sel(r)), lanes<T>(load_w<T>(blk, 0), x.q));
       }
     }
-    alignas(32) float m[8];
-    _mm256_store_ps(m, accm);
-    PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = hsum(acc[r]) + m[2 * r + 1];
+    store4<T>(a, r0, acc, accm);
+  }
+  // Row r's lane scales from sp: lanes 0..3 its scale times d_x0 (sp's lane r), 4..7 times d_x1 (r + 4).
+  static __m256i row_sel(int r) { return _mm256_setr_epi32(r, r, r, r, r + 4, r + 4, r + 4, r + 4); }
+  // The four outputs: each row's eight lanes summed in hsum's order, plus (types with a
+  // minimum) lane 2r + 1 of accm.
+  template <DType T>
+  static void store4(const MatmulArgs& a, int r0, const __m256* acc, __m256 accm) {
+    if constexpr (!has_min<T>()) {
+      PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = hsum(acc[r]);
+    } else {
+      alignas(32) float m[8];
+      _mm256_store_ps(m, accm);
+      PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = hsum(acc[r]) + m[2 * r + 1];
+    }
+  }
+  // K-quants: a super-block's sixteen 8-bit header fields of one row, a 16-bit word per
+  // sub-block j -- Q4_K / Q5_K: [sc_j, m_j], the 6-bit scale and minimum unpacked as
+  // get_scale_min_k4 packs them; Q6_K: [sc_2j, sc_2j+1], its int8 scales of elements 0..15 and 16..31.
+  template <DType T>
+  static __m128i kq_fields(const uint8_t* sb) {
+    if constexpr (T == DType::Q6_K) {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 192));
+    } else {
+      uint32_t u[3];
+      std::memcpy(u, sb + 4, 12);
+      // sc 0..3 = u0 & 63, m 0..3 = u1 & 63; sc 4..7 = low nibbles of u2 | (u0 >> 6) << 4,
+      // m 4..7 = high nibbles of u2 | (u1 >> 6) << 4.
+      const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+      const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+      return _mm_unpacklo_epi8(_mm_setr_epi32(int(u[0] & 0x3f3f3f3fu), int(sc_hi), 0, 0),
+                               _mm_setr_epi32(int(u[1] & 0x3f3f3f3fu), int(m_hi), 0, 0));
+    }
+  }
+  // The f32 factors of four rows' header fields, [f_0, f'_0, .. f_3, f'_3]: Q4_K / Q5_K's
+  // [d, dmin] per row, Q6_K's [d, d].
+  template <DType T>
+  static __m256 kq_factors(const uint8_t* const* sb) {
+    if constexpr (T == DType::Q6_K) {
+      uint16_t h[4];
+      PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], sb[r] + 208, 2);
+      const __m128 d = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
+      return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+    } else {
+      uint32_t dm[4];
+      PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&dm[r], sb[r], 4);
+      return _mm256_cvtph_ps(_mm_setr_epi32(int(dm[0]), int(dm[1]), int(dm[2]), int(dm[3])));
+    }
+  }
+  // Sub-block j's weights of the super-block at sb as unsigned bytes (load_w's values; Q6_K's
+  // plus 32): Q4_K / Q5_K sub-blocks 2i and 2i + 1 are the low and high nibbles of the same 32
+  // bytes (Q5_K's 5th bit: bit j of qh[i]); Q6_K's j = half h, quarter q has its low 4 bits in
+  // nibble q / 2 of ql[64 h + 32 (q & 1)], its high 2 in bits 2q, 2q + 1 of qh[128 + 32 h].
+  template <DType T, int j>
+  static __m256i kq_weights(const uint8_t* sb) {
+    const auto ld = [sb](int off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + off)); };
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    if constexpr (T == DType::Q6_K) {
+      constexpr int h = j >> 2, q = j & 3;
+      const __m256i ql = ld(64 * h + 32 * (q & 1)), qh = ld(128 + 32 * h);
+      const __m256i lo = _mm256_and_si256(q >> 1 ? _mm256_srli_epi16(ql, 4) : ql, low4);
+      // Bits 2q, 2q + 1 to 4, 5 (a 16-bit shift: what crosses a byte lands outside 0x30).
+      const __m256i hs = q == 0 ? _mm256_slli_epi16(qh, 4) : q == 1 ? _mm256_slli_epi16(qh, 2) : q == 2 ? qh : _mm256_srli_epi16(qh, 2);
+      return _mm256_or_si256(lo, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
+    } else {
+      const __m256i qs = ld((T == DType::Q4_K ? 16 : 48) + 32 * (j >> 1));
+      const __m256i w = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(qs, 4) : qs, low4);
+      if constexpr (T == DType::Q4_K) return w;
+      const __m256i bit = _mm256_set1_epi8(char(1 << j));
+      return _mm256_or_si256(w, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(ld(16), bit), bit), _mm256_set1_epi8(0x10)));
+    }
+  }
+  // K-quants' decode4 with 256-bit registers, a super-block (eight sub-blocks) of four rows per
+  // iteration: the headers are decoded once per super-block (kq_fields per row, a 4 x 8 word
+  // transpose by unpacks, then per sub-block one widening and one multiply giving load_scales'
+  // products d sc_j and dmin (-m_j) (Q6_K: d sc), exact, so the same values in any order), the
+  // sub-blocks unrolled (shifts and Q5_K's bit masks immediates), each doing what decode4_ymm
+  // does for a block, in tile<P, T, 4, 1>'s order: the same bits. Q6_K's signed weights q - 32
+  // go in unsigned with 32 times each lane's x sum subtracted: the same integer lane sums.
+  template <DType T>
+  static void decode4_ymm_k(const MatmulArgs& a, int r0) {
+    static_assert(kquant<T>(), "decode4_ymm_k: Q4_K, Q5_K and Q6_K");
+    constexpr int kBytes = block_bytes<T>();
+    const int nsb = a.k / 256;
+    const uint8_t* rows[4];
+    for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 accm = _mm256_setzero_ps();
+    // hdr (below) is [w_0, w'_0, .. w_3, w'_3]: Q4_K / Q5_K's [d sc, dmin (-m)] per row, whose
+    // even lanes are the scales; Q6_K's [d sc_2j, d sc_2j+1] per row, the scales of elements
+    // 0..15 then 16..31. sp's lane r must be the first (times d_x0), r + 4 the second (d_x1).
+    const __m256i pick = T == DType::Q6_K ? _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7) : _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    for (int s = 0; s < nsb; ++s) {
+      const uint8_t* sb[4];
+      PKV_UNROLL for (int r = 0; r < 4; ++r) {
+        sb[r] = rows[r] + size_t(s) * kBytes;
+        // A line of prefetch per 64 bytes: consecutive addresses at most 64 apart, every line.
+        PKV_UNROLL for (int off = 0; off < kBytes; off += 64) __builtin_prefetch(sb[r] + off + PKV_Q8_PREFETCH);
+      }
+      const __m256 f = kq_factors<T>(sb);
+      // Four rows x eight words -> t[k]: sub-block 2k's word of rows 0..3, then 2k + 1's.
+      const __m128i f0 = kq_fields<T>(sb[0]), f1 = kq_fields<T>(sb[1]), f2 = kq_fields<T>(sb[2]), f3 = kq_fields<T>(sb[3]);
+      const __m128i a_lo = _mm_unpacklo_epi16(f0, f1), a_hi = _mm_unpackhi_epi16(f0, f1);
+      const __m128i b_lo = _mm_unpacklo_epi16(f2, f3), b_hi = _mm_unpackhi_epi16(f2, f3);
+      const __m128i t[4] = {_mm_unpacklo_epi32(a_lo, b_lo), _mm_unpackhi_epi32(a_lo, b_lo), _mm_unpacklo_epi32(a_hi, b_hi),
+                            _mm_unpackhi_epi32(a_hi, b_hi)};
+      const BlockQ8x* xb = a.xq + size_t(s) * 8;
+      const auto sub = [&](auto jc) {
+        constexpr int j = decltype(jc)::value;
+        const BlockQ8x& x = xb[j];
+        const __m128i bytes = j & 1 ? _mm_srli_si128(t[j >> 1], 8) : t[j >> 1];
+        __m256 hdr;
+        if constexpr (T == DType::Q6_K) {
+          hdr = _mm256_mul_ps(f, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
+        } else {  // the minima negated as integers (float(-m): +0 for m = 0, as load_scales computes it)
+          const __m256i i = _mm256_sign_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_setr_epi32(1, -1, 1, -1, 1, -1, 1, -1));
+          hdr = _mm256_mul_ps(f, _mm256_cvtepi32_ps(i));
+        }
+        const __m256 sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick), xscale(x));
+        if constexpr (T != DType::Q6_K) {  // lane 2r + 1: dmin_r (-m_j) * s + acc (fma_min1's)
+          const __m256 sx = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
+          accm = _mm256_fmadd_ps(hdr, sx, accm);
+        }
+        __m256i x32;  // Q6_K: 32 times each lane's x sum
+        if constexpr (T == DType::Q6_K) x32 = lanes<DType::Q4_K>(_mm256_set1_epi8(32), x.q);
+        PKV_UNROLL for (int r = 0; r < 4; ++r) {
+          __m256i l = lanes<DType::Q4_K>(kq_weights<T, j>(sb[r]), x.q);  // unsigned weights
+          if constexpr (T == DType::Q6_K) l = _mm256_sub_epi32(l, x32);
+          acc[r] = fma(acc[r], _mm256_permutevar8x32_ps(sp, row_sel(r)), l);
+        }
+      };
+      sub(std::integral_constant<int, 0>{});
+      sub(std::integral_constant<int, 1>{});
+      sub(std::integral_constant<int, 2>{});
+      sub(std::integral_constant<int, 3>{});
+      sub(std::integral_constant<int, 4>{});
+      sub(std::integral_constant<int, 5>{});
+      sub(std::integral_constant<int, 6>{});
+      sub(std::integral_constant<int, 7>{});
+    }
+    store4<T>(a, r0, acc, accm);
   }
 #if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
 // GCC 12's avx512fintrin.h passes _mm512_undefined_*() as the unused merge source of unmasked
@@ -308,30 +448,16 @@ struct PKV_Q8_AVX2_POLICY {
     }
     store4<T>(a, r0, acc01, acc23, accm);
   }
-  // The four outputs: each row's eight lanes summed in hsum's order, plus (types with a
-  // minimum) lane 2r + 1 of accm.
+  // The four outputs: store4 on each row's eight lanes.
   template <DType T>
   static void store4(const MatmulArgs& a, int r0, __m512 acc01, __m512 acc23, __m256 accm) {
-    const float y[4] = {hsum(_mm512_castps512_ps256(acc01)), hsum(upper(acc01)), hsum(_mm512_castps512_ps256(acc23)),
-                        hsum(upper(acc23))};
-    if constexpr (!has_min<T>()) {
-      PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = y[r];
-    } else {
-      alignas(32) float m[8];
-      _mm256_store_ps(m, accm);
-      PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = y[r] + m[2 * r + 1];
-    }
+    const __m256 acc[4] = {_mm512_castps512_ps256(acc01), upper(acc01), _mm512_castps512_ps256(acc23), upper(acc23)};
+    store4<T>(a, r0, acc, accm);
   }
   // K-quants' decode4 with 512-bit registers, a super-block (eight sub-blocks) of four rows per
-  // iteration. The headers are decoded once per super-block, all four rows at a time: each row's
-  // sixteen 8-bit fields (Q4_K / Q5_K: the eight 6-bit scales and minima unpacked as
-  // get_scale_min_k4 packs them, interleaved [sc_j, m_j]; Q6_K: its sixteen int8 scales, pairs
-  // [sc_2j, sc_2j+1]) in one 128-bit lane per row, a 16-bit word per sub-block; one vpermw
-  // transposes that to a word per (sub-block, row); per two sub-blocks one widening and one
-  // multiply give the products load_scales computes -- d sc_j and dmin (-m_j) (Q6_K: d sc), an
-  // f16 times a 6- or 8-bit integer, exact, so the same values in any order. The sub-blocks are
-  // then unrolled (the nibble shifts and Q5_K's high-bit masks become immediates) and each does
-  // what decode4_zmm does for a block, in tile<P, T, 4, 1>'s order: the same bits.
+  // iteration: decode4_ymm_k's scheme with decode4_zmm's row pairs. The four rows' kq_fields in
+  // one 128-bit lane each, one vpermw transposes them to a word per (sub-block, row), and per two
+  // sub-blocks one widening and one multiply give load_scales' products (exact). The same bits.
   template <DType T>
   static void decode4_zmm_k(const MatmulArgs& a, int r0) {
     static_assert(kquant<T>(), "decode4_zmm_k: Q4_K, Q5_K and Q6_K");
@@ -357,52 +483,21 @@ struct PKV_Q8_AVX2_POLICY {
         // A line of prefetch per 64 bytes: consecutive addresses at most 64 apart, every line.
         PKV_UNROLL for (int off = 0; off < kBytes; off += 64) __builtin_prefetch(sb[r] + off + PKV_Q8_PREFETCH);
       }
-      __m512 hk[4];  // sub-blocks 2k (low eight lanes) and 2k + 1 (high): hdr's layout
-      if constexpr (T == DType::Q6_K) {
-        uint16_t h[4];
-        PKV_UNROLL for (int r = 0; r < 4; ++r) std::memcpy(&h[r], sb[r] + 208, 2);
-        const __m128 d = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
-        const __m512 d16 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3),
-                                                 _mm512_castps128_ps512(d));
-        __m512i f = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb[0] + 192)));
-        f = _mm512_inserti32x4(f, _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb[1] + 192)), 1);
-        f = _mm512_inserti32x4(f, _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb[2] + 192)), 2);
-        f = _mm512_inserti32x4(f, _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb[3] + 192)), 3);
-        f = _mm512_permutexvar_epi16(transpose, f);
-        hk[0] = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(f))));
-        hk[1] = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(f, 1))));
-        hk[2] = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(f, 2))));
-        hk[3] = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(f, 3))));
-      } else {
-        uint32_t dm[4];
-        __m128i fr[4];
-        PKV_UNROLL for (int r = 0; r < 4; ++r) {
-          uint32_t u[3];
-          std::memcpy(&dm[r], sb[r], 4);
-          std::memcpy(u, sb[r] + 4, 12);
-          // get_scale_min_k4's fields: sc 0..3 = u0 & 63, m 0..3 = u1 & 63; sc 4..7 = low
-          // nibbles of u2 | (u0 >> 6) << 4, m 4..7 = high nibbles of u2 | (u1 >> 6) << 4.
-          const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-          const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-          fr[r] = _mm_unpacklo_epi8(_mm_setr_epi32(int(u[0] & 0x3f3f3f3fu), int(sc_hi), 0, 0),
-                                    _mm_setr_epi32(int(u[1] & 0x3f3f3f3fu), int(m_hi), 0, 0));  // [sc_j, m_j]
-        }
-        // [d_r, dmin_r] per row, twice.
-        const __m256 hd = _mm256_cvtph_ps(_mm_setr_epi32(int(dm[0]), int(dm[1]), int(dm[2]), int(dm[3])));
-        const __m512 hd16 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(hd)), _mm256_castps_pd(hd), 1));
-        __m512i f = _mm512_inserti32x4(_mm512_castsi128_si512(fr[0]), fr[1], 1);
-        f = _mm512_inserti32x4(_mm512_inserti32x4(f, fr[2], 2), fr[3], 3);
-        f = _mm512_permutexvar_epi16(transpose, f);
+      // kq_factors twice: [f_r, f'_r] per row for sub-blocks 2k and 2k + 1.
+      const __m256 fy = kq_factors<T>(sb);
+      const __m512 f16 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(fy)), _mm256_castps_pd(fy), 1));
+      __m512i f = _mm512_inserti32x4(_mm512_castsi128_si512(kq_fields<T>(sb[0])), kq_fields<T>(sb[1]), 1);
+      f = _mm512_inserti32x4(_mm512_inserti32x4(f, kq_fields<T>(sb[2]), 2), kq_fields<T>(sb[3]), 3);
+      f = _mm512_permutexvar_epi16(transpose, f);
+      const auto widen = [&](__m128i v) {
+        if constexpr (T == DType::Q6_K) return _mm512_mul_ps(f16, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
         // The minima negated as integers (float(-m): +0 for m = 0, as load_scales computes it).
-        const auto widen = [&](__m128i v) {
-          const __m512i i = _mm512_cvtepu8_epi32(v);
-          return _mm512_mul_ps(hd16, _mm512_cvtepi32_ps(_mm512_mask_sub_epi32(i, 0xaaaa, _mm512_setzero_si512(), i)));
-        };
-        hk[0] = widen(_mm512_castsi512_si128(f));
-        hk[1] = widen(_mm512_extracti32x4_epi32(f, 1));
-        hk[2] = widen(_mm512_extracti32x4_epi32(f, 2));
-        hk[3] = widen(_mm512_extracti32x4_epi32(f, 3));
-      }
+        const __m512i i = _mm512_cvtepu8_epi32(v);
+        return _mm512_mul_ps(f16, _mm512_cvtepi32_ps(_mm512_mask_sub_epi32(i, 0xaaaa, _mm512_setzero_si512(), i)));
+      };
+      // Sub-blocks 2k (low eight lanes) and 2k + 1 (high): hdr's layout.
+      const __m512 hk[4] = {widen(_mm512_castsi512_si128(f)), widen(_mm512_extracti32x4_epi32(f, 1)),
+                            widen(_mm512_extracti32x4_epi32(f, 2)), widen(_mm512_extracti32x4_epi32(f, 3))};
       const BlockQ8x* xb = a.xq + size_t(s) * 8;
       const auto sub = [&](auto jc) {
         constexpr int j = decltype(jc)::value;
