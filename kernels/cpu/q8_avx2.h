@@ -1,7 +1,7 @@
 // The q8 policy for AVX2 (maddubs + madd) and, with PKV_Q8_VNNI, AVX-512 VNNI's 256-bit
 // vpdpbusd (AVX512VNNI + AVX512VL): the same lanes, one instruction instead of two; with
-// PKV_Q8_ZMM too (AVX512F, BW), every weight type's decode keeps two rows per 512-bit register
-// (decode4_zmm; K-quants a super-block per iteration, decode4_zmm_k). Included
+// PKV_Q8_ZMM too (AVX512F, BW), every weight type's decode and prefill keep two rows per 512-bit
+// register (tile4_zmm; K-quants a super-block per iteration, tile4_zmm_k). Included
 // by kernels_avx2.cpp and kernels_avx512vnni.cpp, which are compiled for those instructions.
 #pragma once
 
@@ -154,10 +154,7 @@ struct PKV_Q8_AVX2_POLICY {
   template <DType T>
   static void decode4(const MatmulArgs& a, int r0) {
 #if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
-    if constexpr (kquant<T>())
-      decode4_zmm_k<T>(a, r0);
-    else
-      decode4_zmm<T>(a, r0);
+    tile4<T, 1>(a, r0, 0);
 #else
     if constexpr (kquant<T>())
       decode4_ymm_k<T>(a, r0);
@@ -215,20 +212,20 @@ struct PKV_Q8_AVX2_POLICY {
         acc[r] = fma(acc[r], _mm256_permutevar8x32_ps(sp, row_sel(r)), lanes<T>(load_w<T>(blk, 0), x.q));
       }
     }
-    store4<T>(a, r0, acc, accm);
+    store4<T>(a.y + r0, acc, accm);
   }
   // Row r's lane scales from sp: lanes 0..3 its scale times d_x0 (sp's lane r), 4..7 times d_x1 (r + 4).
   static __m256i row_sel(int r) { return _mm256_setr_epi32(r, r, r, r, r + 4, r + 4, r + 4, r + 4); }
   // The four outputs: each row's eight lanes summed in hsum's order, plus (types with a
   // minimum) lane 2r + 1 of accm.
   template <DType T>
-  static void store4(const MatmulArgs& a, int r0, const __m256* acc, __m256 accm) {
+  static void store4(float* y, const __m256* acc, __m256 accm) {
     if constexpr (!has_min<T>()) {
-      PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = hsum(acc[r]);
+      PKV_UNROLL for (int r = 0; r < 4; ++r) y[r] = hsum(acc[r]);
     } else {
       alignas(32) float m[8];
       _mm256_store_ps(m, accm);
-      PKV_UNROLL for (int r = 0; r < 4; ++r) a.y[r0 + r] = hsum(acc[r]) + m[2 * r + 1];
+      PKV_UNROLL for (int r = 0; r < 4; ++r) y[r] = hsum(acc[r]) + m[2 * r + 1];
     }
   }
   // K-quants: a super-block's sixteen 8-bit header fields of one row, a 16-bit word per
@@ -355,7 +352,7 @@ struct PKV_Q8_AVX2_POLICY {
       sub(std::integral_constant<int, 6>{});
       sub(std::integral_constant<int, 7>{});
     }
-    store4<T>(a, r0, acc, accm);
+    store4<T>(a.y + r0, acc, accm);
   }
 #if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
 // GCC 12's avx512fintrin.h passes _mm512_undefined_*() as the unused merge source of unmasked
@@ -365,12 +362,21 @@ struct PKV_Q8_AVX2_POLICY {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-  // decode4 with 512-bit registers (AVX-512 F/BW + VNNI), Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: rows
-  // r0, r0 + 1 in one register and r0 + 2, r0 + 3 in another, eight lanes each -- lane j of row
-  // r's half holds exactly what lane j of tile<P, T, 4, 1>'s acc[r] holds: the same dpbusd lane
-  // sums, the same scale products, the same FMA per block in the same order, and hsum over the
-  // same eight lanes. The same bits, with half the unpack, convert and FMA instructions per row
-  // and block (docs/PERFORMANCE.md: the speed-up).
+  // Four rows x NT tokens with 512-bit registers (AVX-512 F/BW + VNNI): decode (NT = 1) and
+  // prefill (NT = 4, P::tile4). Rows r0, r0 + 1 in one register and r0 + 2, r0 + 3 in another,
+  // eight lanes each, per token -- lane j of row r's half holds exactly what lane j of tile<P, T,
+  // NR, NT>'s acc[r][t] holds: the same dpbusd lane sums, the same scale products, the same FMA
+  // per block in the same order, and hsum over the same eight lanes, so the same bits
+  // (tests/unit/test_q8.cpp), with half the convert and FMA instructions per row, block and
+  // token, and each block's weights unpacked once for all NT tokens (docs/PERFORMANCE.md).
+  static constexpr bool kHasTile4 = true;
+  template <DType T, int NT>
+  static void tile4(const MatmulArgs& a, int r0, int t0) {
+    if constexpr (kquant<T>())
+      tile4_zmm_k<T, NT>(a, r0, t0);
+    else
+      tile4_zmm<T, NT>(a, r0, t0);
+  }
   static __m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
   // [lo, hi] of two rows' 32 bytes at offset `off` of their blocks.
   static __m512i load2(const uint8_t* ra, const uint8_t* rb, int off) {
@@ -383,90 +389,99 @@ struct PKV_Q8_AVX2_POLICY {
     const __m512i idx23 = _mm512_setr_epi32(2, 2, 2, 2, 6, 6, 6, 6, 3, 3, 3, 3, 7, 7, 7, 7);
     return _mm512_permutexvar_ps(p == 0 ? idx01 : idx23, _mm512_castps256_ps512(sp));
   }
-  template <DType T>
-  static void decode4_zmm(const MatmulArgs& a, int r0) {
+  template <DType T, int NT>
+  static void tile4_zmm(const MatmulArgs& a, int r0, int t0) {
     static_assert(T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 || T == DType::Q5_1 || T == DType::Q8_0,
-                  "decode4_zmm: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (K-quants: decode4_zmm_k)");
+                  "tile4_zmm: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (K-quants: tile4_zmm_k)");
     constexpr int kBytes = block_bytes<T>();
     // Q4_* / Q5_*: the packed nibbles' offset in a block (after d, m and Q5's qh)
     constexpr int kQs = 2 + (stored_min<T>() ? 2 : 0) + (T == DType::Q5_0 || T == DType::Q5_1 ? 4 : 0);
     const int nb = a.k / 32;
     const uint8_t* rows[4];
     for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
-    __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
+    __m512 acc[NT][2];
+    __m256 accm[NT];
+    PKV_UNROLL for (int t = 0; t < NT; ++t) {
+      acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+      accm[t] = _mm256_setzero_ps();
+    }
     const __m256i pick_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
     // 128-bit lane i of [row a, row b] shifted by 0 (low nibbles) or 4 (high nibbles).
     const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int b = 0; b < nb; ++b) {
-      const BlockQ8x& x = a.xq[b];
-      const __m256 xs = xscale(x);
       const uint8_t* blk[4];
       PKV_UNROLL for (int r = 0; r < 4; ++r) {
         blk[r] = rows[r] + size_t(b) * kBytes;
         __builtin_prefetch(blk[r] + PKV_Q8_PREFETCH);
       }
-      __m256 sp;  // lane r: d_r * d_x0, r + 4: d_r * d_x1 (scale()'s products)
-      if constexpr (T == DType::Q8_0) {  // no minimum: the four rows' d only
-        sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4<T>(rows, b)), _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3)), xs);
-      } else {
-        const __m256 hdr = header4<T>(rows, b);  // [d_r, m_r] per row
-        sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick_d), xs);
-        const __m256 s = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
-        accm = _mm256_fmadd_ps(hdr, s, accm);
-      }
-      const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
+      // The rows' scales: Q8_0 [d_0 .. d_3] (twice), else [d_r, m_r] per row.
+      const __m256 hdr = T == DType::Q8_0 ? _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4<T>(rows, b)), _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3))
+                                          : header4<T>(rows, b);
+      // The weights of row pairs (0, 1) and (2, 3), once for every token: lanes 0..31 row a's
+      // elements, 32..63 row b's. Q8_0 signed: |w| and w's sign mask (the sign trick of lanes();
+      // where w = 0 the product is 0 either way, so the integer lane sums are lanes()' exactly).
+      __m512i w[2];
+      __mmask64 neg[2];
       PKV_UNROLL for (int p = 0; p < 2; ++p) {
-        __m512i l;
         if constexpr (T == DType::Q8_0) {
-          // [w_a, w_b], signed: |w| times x negated where w < 0 (the sign trick of lanes(); where
-          // w = 0 the product is 0 either way, so the integer lane sums are lanes()' exactly).
-          const __m512i w = load2(blk[2 * p], blk[2 * p + 1], 2);
-          const __m512i sx = _mm512_mask_sub_epi8(xq, _mm512_movepi8_mask(w), _mm512_setzero_si512(), xq);
-          l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), sx);
+          const __m512i v = load2(blk[2 * p], blk[2 * p + 1], 2);
+          neg[p] = _mm512_movepi8_mask(v);
+          w[p] = _mm512_abs_epi8(v);
         } else {
-          // [qs_a, qs_a, qs_b, qs_b] (two broadcast loads, one insert) -> nibbles: lanes 0..31
-          // row a's elements, 32..63 row b's.
+          // [qs_a, qs_a, qs_b, qs_b] (two broadcast loads, one insert) -> nibbles.
           const __m256i qa = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2 * p] + kQs)));
           const __m256i qb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2 * p + 1] + kQs)));
-          const __m512i dup = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1);
-          __m512i w = _mm512_and_si512(_mm512_srlv_epi64(dup, shift), low4);
+          w[p] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1), shift), low4);
           if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
             // The 5th bit of element i (lane i of its row's half) is bit i of qh: 0x10 added
             // under the mask [qh_a, qh_b] (a nibble plus 16 is the nibble or 16: load_w's values).
             const __mmask64 hi = _cvtu64_mask64(uint64_t(qh_bits<T>(blk[2 * p])) | uint64_t(qh_bits<T>(blk[2 * p + 1])) << 32);
-            w = _mm512_mask_add_epi8(w, hi, w, _mm512_set1_epi8(0x10));
+            w[p] = _mm512_mask_add_epi8(w[p], hi, w[p], _mm512_set1_epi8(0x10));
           }
-          l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
         }
-        if (p == 0)
-          acc01 = _mm512_fmadd_ps(pair_scales(sp, 0), _mm512_cvtepi32_ps(l), acc01);
-        else
-          acc23 = _mm512_fmadd_ps(pair_scales(sp, 1), _mm512_cvtepi32_ps(l), acc23);
+      }
+      PKV_UNROLL for (int t = 0; t < NT; ++t) {
+        const BlockQ8x& x = a.xq[size_t(t0 + t) * nb + b];
+        // lane r: d_r * d_x0, r + 4: d_r * d_x1 (scale()'s products)
+        const __m256 sp = _mm256_mul_ps(T == DType::Q8_0 ? hdr : _mm256_permutevar8x32_ps(hdr, pick_d), xscale(x));
+        if constexpr (T != DType::Q8_0) {  // lane 2r + 1: m_r * s + acc (fma_min1's)
+          const __m256 s = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
+          accm[t] = _mm256_fmadd_ps(hdr, s, accm[t]);
+        }
+        const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
+        PKV_UNROLL for (int p = 0; p < 2; ++p) {
+          const __m512i xs = T == DType::Q8_0 ? _mm512_mask_sub_epi8(xq, neg[p], _mm512_setzero_si512(), xq) : xq;
+          const __m512i l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[p], xs);
+          acc[t][p] = _mm512_fmadd_ps(pair_scales(sp, p), _mm512_cvtepi32_ps(l), acc[t][p]);
+        }
       }
     }
-    store4<T>(a, r0, acc01, acc23, accm);
+    PKV_UNROLL for (int t = 0; t < NT; ++t) store4<T>(a, r0, t0 + t, acc[t][0], acc[t][1], accm[t]);
   }
-  // The four outputs: store4 on each row's eight lanes.
+  // Token t's four outputs: store4 on each row's eight lanes.
   template <DType T>
-  static void store4(const MatmulArgs& a, int r0, __m512 acc01, __m512 acc23, __m256 accm) {
+  static void store4(const MatmulArgs& a, int r0, int t, __m512 acc01, __m512 acc23, __m256 accm) {
     const __m256 acc[4] = {_mm512_castps512_ps256(acc01), upper(acc01), _mm512_castps512_ps256(acc23), upper(acc23)};
-    store4<T>(a, r0, acc, accm);
+    store4<T>(a.y + size_t(t) * a.ldy + r0, acc, accm);
   }
-  // K-quants' decode4 with 512-bit registers, a super-block (eight sub-blocks) of four rows per
-  // iteration: decode4_ymm_k's scheme with decode4_zmm's row pairs. The four rows' kq_fields in
+  // K-quants' tile4 with 512-bit registers, a super-block (eight sub-blocks) of four rows per
+  // iteration: decode4_ymm_k's scheme with tile4_zmm's row pairs. The four rows' kq_fields in
   // one 128-bit lane each, one vpermw transposes them to a word per (sub-block, row), and per two
   // sub-blocks one widening and one multiply give load_scales' products (exact). The same bits.
-  template <DType T>
-  static void decode4_zmm_k(const MatmulArgs& a, int r0) {
-    static_assert(kquant<T>(), "decode4_zmm_k: Q4_K, Q5_K and Q6_K");
+  template <DType T, int NT>
+  static void tile4_zmm_k(const MatmulArgs& a, int r0, int t0) {
+    static_assert(kquant<T>(), "tile4_zmm_k: Q4_K, Q5_K and Q6_K");
     constexpr int kBytes = block_bytes<T>();
-    const int nsb = a.k / 256;
+    const int nsb = a.k / 256, nb = a.k / 32;
     const uint8_t* rows[4];
     for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
-    __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
+    __m512 acc[NT][2];
+    __m256 accm[NT];
+    PKV_UNROLL for (int t = 0; t < NT; ++t) {
+      acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+      accm[t] = _mm256_setzero_ps();
+    }
     // hdr (below) is [w_0, w'_0, .. w_3, w'_3]: Q4_K / Q5_K's [d sc, dmin (-m)] per row, whose
     // even lanes are the scales; Q6_K's [d sc_2j, d sc_2j+1] per row, the scales of elements
     // 0..15 then 16..31. sp's lane r must be the first (times d_x0), r + 4 the second (d_x1).
@@ -498,23 +513,14 @@ struct PKV_Q8_AVX2_POLICY {
       // Sub-blocks 2k (low eight lanes) and 2k + 1 (high): hdr's layout.
       const __m512 hk[4] = {widen(_mm512_castsi512_si128(f)), widen(_mm512_extracti32x4_epi32(f, 1)),
                             widen(_mm512_extracti32x4_epi32(f, 2)), widen(_mm512_extracti32x4_epi32(f, 3))};
-      const BlockQ8x* xb = a.xq + size_t(s) * 8;
       const auto sub = [&](auto jc) {
         constexpr int j = decltype(jc)::value;
-        const BlockQ8x& x = xb[j];
         const __m256 hdr = (j & 1) ? upper(hk[j >> 1]) : _mm512_castps512_ps256(hk[j >> 1]);
-        const __m256 sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick), xscale(x));
-        if constexpr (T != DType::Q6_K) {  // lane 2r + 1: dmin_r (-m_j) * s + acc (fma_min1's)
-          const __m256 sx = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
-          accm = _mm256_fmadd_ps(hdr, sx, accm);
-        }
-        const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
-        __m512i x32;  // Q6_K: 32 times the sum of each lane's four x (w = q - 32: sum q x - 32 sum x)
-        if constexpr (T == DType::Q6_K) x32 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), xq);
+        // Row pairs (0, 1) and (2, 3)'s weights as unsigned bytes, once for every token.
+        __m512i w[2];
         PKV_UNROLL for (int p = 0; p < 2; ++p) {
           const uint8_t* ra = sb[2 * p];
           const uint8_t* rb = sb[2 * p + 1];
-          __m512i l;
           if constexpr (T == DType::Q6_K) {
             // Sub-block j = half h, quarter q: low 4 bits nibble q / 2 of ql[64 h + 32 (q & 1)],
             // high 2 bits bits 2q, 2q + 1 of qh[128 + 32 h] (load_w's values, plus 32).
@@ -524,23 +530,33 @@ struct PKV_Q8_AVX2_POLICY {
             const __m512i lo = _mm512_and_si512(q >> 1 ? _mm512_srli_epi16(ql, 4) : ql, low4);
             // Bits 2q, 2q + 1 to 4, 5 (a 16-bit shift: what crosses a byte lands outside 0x30).
             const __m512i hs = q == 0 ? _mm512_slli_epi16(qh, 4) : q == 1 ? _mm512_slli_epi16(qh, 2) : q == 2 ? qh : _mm512_srli_epi16(qh, 2);
-            const __m512i u = _mm512_or_si512(lo, _mm512_and_si512(hs, _mm512_set1_epi8(0x30)));
-            l = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xq), x32);
+            w[p] = _mm512_or_si512(lo, _mm512_and_si512(hs, _mm512_set1_epi8(0x30)));
           } else {
             // Sub-blocks 2i and 2i + 1 are the low and high nibbles of the same 32 bytes.
             constexpr int kOff = T == DType::Q4_K ? 16 : 48;
             const __m512i qs = load2(ra, rb, kOff + 32 * (j >> 1));
-            __m512i w = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(qs, 4) : qs, low4);
+            w[p] = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(qs, 4) : qs, low4);
             if constexpr (T == DType::Q5_K) {  // the 5th bit: bit j of qh[i], 16 added under it
               const __mmask64 hi = _mm512_test_epi8_mask(load2(ra, rb, 16), _mm512_set1_epi8(char(1 << j)));
-              w = _mm512_mask_add_epi8(w, hi, w, _mm512_set1_epi8(0x10));
+              w[p] = _mm512_mask_add_epi8(w[p], hi, w[p], _mm512_set1_epi8(0x10));
             }
-            l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
           }
-          if (p == 0)
-            acc01 = _mm512_fmadd_ps(pair_scales(sp, 0), _mm512_cvtepi32_ps(l), acc01);
-          else
-            acc23 = _mm512_fmadd_ps(pair_scales(sp, 1), _mm512_cvtepi32_ps(l), acc23);
+        }
+        PKV_UNROLL for (int t = 0; t < NT; ++t) {
+          const BlockQ8x& x = a.xq[size_t(t0 + t) * nb + 8 * size_t(s) + j];
+          const __m256 sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick), xscale(x));
+          if constexpr (T != DType::Q6_K) {  // lane 2r + 1: dmin_r (-m_j) * s + acc (fma_min1's)
+            const __m256 sx = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
+            accm[t] = _mm256_fmadd_ps(hdr, sx, accm[t]);
+          }
+          const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
+          __m512i x32;  // Q6_K: 32 times the sum of each lane's four x (w = q - 32: sum q x - 32 sum x)
+          if constexpr (T == DType::Q6_K) x32 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), xq);
+          PKV_UNROLL for (int p = 0; p < 2; ++p) {
+            __m512i l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[p], xq);
+            if constexpr (T == DType::Q6_K) l = _mm512_sub_epi32(l, x32);
+            acc[t][p] = _mm512_fmadd_ps(pair_scales(sp, p), _mm512_cvtepi32_ps(l), acc[t][p]);
+          }
         }
       };
       sub(std::integral_constant<int, 0>{});
@@ -552,7 +568,7 @@ struct PKV_Q8_AVX2_POLICY {
       sub(std::integral_constant<int, 6>{});
       sub(std::integral_constant<int, 7>{});
     }
-    store4<T>(a, r0, acc01, acc23, accm);
+    PKV_UNROLL for (int t = 0; t < NT; ++t) store4<T>(a, r0, t0 + t, acc[t][0], acc[t][1], accm[t]);
   }
 #if !defined(__clang__)
 #pragma GCC diagnostic pop

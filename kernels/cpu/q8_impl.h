@@ -245,6 +245,13 @@ struct HasDecode4 : std::false_type {};
 template <class P>
 struct HasDecode4<P, std::void_t<decltype(P::kHasDecode4)>> : std::true_type {};
 
+// Whether policy P has a prefill kernel of its own for 4 rows x NT tokens (P::tile4<T, NT>, NT
+// 4 and 1, every q8 weight type), equal bit for bit to tile<P, T, NR, NT>.
+template <class P, class = void>
+struct HasTile4 : std::false_type {};
+template <class P>
+struct HasTile4<P, std::void_t<decltype(P::kHasTile4)>> : std::true_type {};
+
 template <class P, DType T>
 void rows(const MatmulArgs& a, int row_begin, int row_end) {
   // Decode (one token) takes 4 rows at a time; prefill P::kRows rows x P::kTokens tokens.
@@ -262,6 +269,13 @@ void rows(const MatmulArgs& a, int row_begin, int row_end) {
   for (int t0 = 0; t0 < a.n_tok; t0 += PKV_Q8_TOKEN_BLOCK) {
     const int t1 = std::min(a.n_tok, t0 + PKV_Q8_TOKEN_BLOCK);
     int r = row_begin;
+    if constexpr (HasTile4<P>::value) {
+      for (; r + 4 <= row_end; r += 4) {
+        int t = t0;
+        for (; t + 4 <= t1; t += 4) P::template tile4<T, 4>(a, r, t);
+        for (; t < t1; ++t) P::template tile4<T, 1>(a, r, t);
+      }
+    }
     for (; r + P::kRows <= row_end; r += P::kRows) tile_rows<P, T, P::kRows>(a, r, t0, t1);
     for (; r < row_end; ++r) tile_rows<P, T, 1>(a, r, t0, t1);
   }

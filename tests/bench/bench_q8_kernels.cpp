@@ -21,7 +21,7 @@ using namespace phasekv;
 
 int main(int argc, char** argv) {
   DType dt = DType::Q4_1;
-  int rows = 192, k = 0, rounds = 9;
+  int rows = 192, k = 0, rounds = 9, tokens = 1;
   struct Type {
     const char* name;
     DType t;
@@ -35,10 +35,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string o = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
-    const bool known = o == "--type" || o == "--rows" || o == "--k" || o == "--rounds" || o == "--ms";
+    const bool known = o == "--type" || o == "--rows" || o == "--k" || o == "--tokens" || o == "--rounds" || o == "--ms";
     if (o == "-h" || o == "--help") {
-      std::printf("Usage: %s [--type Q4_0|Q4_1|Q5_0|Q5_1|Q8_0|Q4_K|Q5_K|Q6_K] [--rows N] [--k K] [--rounds N] [--ms MS]\n"
-                  "  --rows 192 (default) keeps the weights in L2; --rows 262144 streams ~94 MB of Q4_1 from DRAM\n",
+      std::printf("Usage: %s [--type Q4_0|Q4_1|Q5_0|Q5_1|Q8_0|Q4_K|Q5_K|Q6_K] [--rows N] [--k K] [--tokens N] [--rounds N] [--ms MS]\n"
+                  "  --rows 192 (default) keeps the weights in L2; --rows 262144 streams ~94 MB of Q4_1 from DRAM\n"
+                  "  --tokens 1 (default) times decode's matrix-vector kernels; --tokens 64 prefill's tiles\n",
                   argv[0]);
       return 0;
     }
@@ -79,6 +80,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: --k 0: give a positive multiple of the block size\n", argv[0]);
         return 2;
       }
+    } else if (o == "--tokens") {
+      if (!integer(&tokens)) return 2;
     } else if (o == "--rounds") {
       if (!integer(&rounds)) return 2;
     } else {  // --ms
@@ -89,9 +92,9 @@ int main(int argc, char** argv) {
   }
   dt = ty->t;
   if (k == 0) k = ty->elems == 256 ? 768 : 576;
-  if (rows < 4 || rows > (1 << 24) || k < ty->elems || k % ty->elems || k > (1 << 16) || rounds < 1 || rounds > 1000 ||
+  if (rows < 4 || rows > (1 << 24) || k < ty->elems || k % ty->elems || k > (1 << 16) || rounds < 1 || rounds > 1000 || tokens < 1 || tokens > 4096 ||
       !(ms > 0 && ms <= 1e5)) {  // NaN fails too
-    std::fprintf(stderr, "%s: --rows in [4, 2^24], --k a multiple of %d up to 65536, --rounds in [1, 1000], --ms in (0, 1e5]\n",
+    std::fprintf(stderr, "%s: --rows in [4, 2^24], --k a multiple of %d up to 65536, --tokens in [1, 4096], --rounds in [1, 1000], --ms in (0, 1e5]\n",
                  argv[0], ty->elems);
     return 2;
   }
@@ -116,15 +119,15 @@ int main(int argc, char** argv) {
         if (dt == DType::Q4_K || dt == DType::Q5_K) std::memcpy(p + 2, &d, 2);
       }
     }
-  std::vector<float> x(static_cast<size_t>(k));
+  std::vector<float> x(size_t(k) * size_t(tokens));
   for (float& v : x) v = float(rng() % 2001) / 1000.0f - 1.0f;
   std::vector<const cpu::KernelTable*> ts;
   for (const char* n : {"portable", "avx2-maddubs", "avx512vnni", "neon-nodotprod", "neon-dotprod"})
     if (const cpu::KernelTable* t = cpu::kernels_by_name(n)) ts.push_back(t);
-  std::vector<cpu::BlockQ8x> xq(static_cast<size_t>(k) / 32);
-  ts[0]->quantize_q8(x.data(), xq.data(), k);
-  std::vector<float> y_ref(static_cast<size_t>(rows)), y(static_cast<size_t>(rows));
-  cpu::MatmulArgs a{dt, w.data(), rb, x.data(), y_ref.data(), k, 1, rows};
+  std::vector<cpu::BlockQ8x> xq(size_t(k) / 32 * size_t(tokens));
+  for (int t = 0; t < tokens; ++t) ts[0]->quantize_q8(x.data() + size_t(t) * k, xq.data() + size_t(t) * (k / 32), k);
+  std::vector<float> y_ref(size_t(rows) * size_t(tokens)), y(y_ref.size());
+  cpu::MatmulArgs a{dt, w.data(), rb, x.data(), y_ref.data(), k, tokens, rows};
   a.xq = xq.data();
   ts[0]->matmul_q8_rows(a, 0, rows);
   for (const cpu::KernelTable* t : ts) {
@@ -137,8 +140,8 @@ int main(int argc, char** argv) {
   }
   // The portable kernels (30-50x slower) only checked, not timed, where an instruction set is.
   if (ts.size() > 1) ts.erase(ts.begin());
-  // Calls per timed round: about --ms milliseconds at 1 Gblock/s.
-  const double blocks = double(rows) * (k / 32);
+  // Calls per timed round: about --ms milliseconds at 1 Gblock/s (blocks: 32-weight blocks times tokens).
+  const double blocks = double(rows) * (k / 32) * tokens;
   const int calls = int(std::min(1e9, std::max(1.0, ms * 1e6 / blocks)));
   std::vector<std::vector<double>> gbs(ts.size());
   using clock = std::chrono::steady_clock;
@@ -149,14 +152,15 @@ int main(int argc, char** argv) {
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
       gbs[i].push_back(blocks * calls / s / 1e9);
     }
-  std::printf("q8 decode matmul, %s, %d rows x k %d (%.1f KiB of weights), %d calls per round, %d rounds:\n", ty->name,
-              rows, k, double(w.size()) / 1024, calls, rounds);
+  std::printf("q8 %s matmul, %s, %d rows x k %d (%.1f KiB of weights) x %d tokens, %d calls per round, %d rounds%s:\n",
+              tokens == 1 ? "decode" : "prefill", ty->name, rows, k, double(w.size()) / 1024, tokens, calls, rounds,
+              tokens == 1 ? "" : " (Gblock/s: blocks times tokens; GB/s: of weights read once per call)");
   for (size_t i = 0; i < ts.size(); ++i) {
     std::vector<double> v = gbs[i];
     std::sort(v.begin(), v.end());
     const double med = v[v.size() / 2];
     std::printf("  %-14s median %.3f Gblock/s = %5.1f GB/s of weights (rounds %.3f .. %.3f)\n", ts[i]->q8_isa, med,
-                med * blk, v.front(), v.back());
+                med * blk / tokens, v.front(), v.back());
   }
   return 0;
 }
