@@ -242,10 +242,11 @@ struct AttentionJob {
   int splits;  // query heads of a GQA group split into this many tasks (decode: more tasks than KV heads)
 };
 
-// One (token, KV head): the query heads sharing that KV head (GQA group) are scored together,
-// so each K and V row is read once per group. Per query head the arithmetic is exactly that of
-// a head on its own: scores over the visible keys in a fixed order (entries, then exact tokens
-// oldest first), softmax, weighted sum of values in the same order. The sequence is the same
+// One (token, KV head): the query heads sharing that KV head (GQA group), one after the other
+// over the same K and V rows (cache-resident after the first). Per query head the arithmetic is
+// exactly that of a head on its own: scores over the visible keys in a fixed order (entries,
+// then exact tokens oldest first; dot_rows: each score dot's value), softmax, weighted sum of
+// values in the same order (axpy_rows: axpy's operations row by row). The sequence is the same
 // whatever chunk the token arrives in.
 void attention_task(void* ctx, int task, int thread) {
   AttentionJob& j = *static_cast<AttentionJob*>(ctx);
@@ -266,11 +267,22 @@ void attention_task(void* ctx, int task, int thread) {
   const int lo = a.local < 0 ? 0 : std::max(0, pos - a.local + 1);
   const int n_exact = pos + 1 - lo;  // 0 when local == 0
   const int n_keys = n_ent + n_exact;
-  // Row of exact token p (lo <= p <= pos).
-  auto row = [&](const float* cache, const float* chunk, int p) -> const float* {
-    if (a.local < 0) return cache + size_t(p) * kv_stride + kv_off;
-    if (p < a.first_pos) return cache + size_t(p % a.ring_rows) * kv_stride + kv_off;
-    return chunk + size_t(p - a.first_pos) * kv_stride + kv_off;
+  // The exact tokens lo..pos as runs of rows kv_stride apart, in order: fn(first p, count, row
+  // of the first). Full attention: the cache; a local window: the ring (p < first_pos, split
+  // where it wraps), then the chunk.
+  auto runs = [&](const float* cache, const float* chunk, auto fn) {
+    if (a.local < 0) {
+      if (pos >= lo) fn(lo, pos + 1 - lo, cache + size_t(lo) * kv_stride + kv_off);
+      return;
+    }
+    for (int p = lo; p <= std::min(pos, a.first_pos - 1);) {
+      const int r = p % a.ring_rows;
+      const int n = std::min(std::min(pos, a.first_pos - 1) + 1 - p, a.ring_rows - r);
+      fn(p, n, cache + size_t(r) * kv_stride + kv_off);
+      p += n;
+    }
+    const int c0 = std::max(lo, a.first_pos);
+    if (pos >= c0) fn(c0, pos + 1 - c0, chunk + size_t(c0 - a.first_pos) * kv_stride + kv_off);
   };
   // scores[g * n_keys + i] for query head h0 + g.
   float* scores = j.scratch + size_t(thread) * j.scratch_stride;
@@ -279,14 +291,11 @@ void attention_task(void* ctx, int task, int thread) {
   float* out = a.out + size_t(t) * q_stride + size_t(h0) * hd;
   for (int i = 0; i < group * hd; ++i) out[i] = 0.0f;
   if (n_keys == 0) return;
-  for (int e = 0; e < n_ent; ++e) {
-    const float* k = a.k_entries + size_t(e) * kv_stride + kv_off;
-    for (int g = 0; g < group; ++g) scores[size_t(g) * n_keys + e] = j.k->dot(q + size_t(g) * hd, k, hd) * a.scale;
-  }
-  for (int p = lo; p <= pos; ++p) {
-    const float* k = row(a.k_cache, a.k_chunk, p);
-    for (int g = 0; g < group; ++g)
-      scores[size_t(g) * n_keys + size_t(n_ent + (p - lo))] = j.k->dot(q + size_t(g) * hd, k, hd) * a.scale;
+  for (int g = 0; g < group; ++g) {
+    const float* qg = q + size_t(g) * hd;
+    float* sc = scores + size_t(g) * n_keys;
+    if (n_ent > 0) j.k->dot_rows(qg, a.k_entries + kv_off, kv_stride, n_ent, hd, a.scale, sc);
+    runs(a.k_cache, a.k_chunk, [&](int p, int n, const float* k) { j.k->dot_rows(qg, k, kv_stride, n, hd, a.scale, sc + n_ent + (p - lo)); });
   }
   for (int g = 0; g < group; ++g) {
     float* sc = scores + size_t(g) * n_keys;
@@ -306,14 +315,13 @@ void attention_task(void* ctx, int task, int thread) {
       cpu::softmax(sc, n_keys);
     }
   }
-  for (int e = 0; e < n_ent; ++e) {
-    const float* v = a.v_entries + size_t(e) * kv_stride + kv_off;
-    for (int g = 0; g < group; ++g) j.k->axpy(scores[size_t(g) * n_keys + e], v, out + size_t(g) * hd, hd);
-  }
-  for (int p = lo; p <= pos; ++p) {
-    const float* v = row(a.v_cache, a.v_chunk, p);
-    for (int g = 0; g < group; ++g)
-      j.k->axpy(scores[size_t(g) * n_keys + size_t(n_ent + (p - lo))], v, out + size_t(g) * hd, hd);
+  // Each output element: the entries' values, then the exact tokens', in order (axpy_rows
+  // applies a run's rows in order, the same operations as one axpy per row).
+  for (int g = 0; g < group; ++g) {
+    const float* sc = scores + size_t(g) * n_keys;
+    float* og = out + size_t(g) * hd;
+    if (n_ent > 0) j.k->axpy_rows(sc, a.v_entries + kv_off, kv_stride, n_ent, og, hd);
+    runs(a.v_cache, a.v_chunk, [&](int p, int n, const float* v) { j.k->axpy_rows(sc + n_ent + (p - lo), v, kv_stride, n, og, hd); });
   }
 }
 

@@ -57,6 +57,10 @@ struct KernelTable {
   void (*matmul_rows)(const MatmulArgs& a, int row_begin, int row_end, float* scratch);
   // y += a * x (n elements)
   void (*axpy)(float a, const float* x, float* y, int n);
+  // out[i] = dot(q, k + i * ks, n) * scale for i < rows, each exactly dot's value times scale
+  void (*dot_rows)(const float* q, const float* k, size_t ks, int rows, int n, float scale, float* out);
+  // axpy(c[i], v + i * vs, y, n) for i = 0 .. rows - 1 in order, the same bits
+  void (*axpy_rows)(const float* c, const float* v, size_t vs, int rows, float* y, int n);
   // ---- the q8 mode (8-bit activations, integer dot products) ----
   // out[k / 32] = x quantized block by block (see BlockQ8x); identical on every instruction set.
   void (*quantize_q8)(const float* x, BlockQ8x* out, int k);

@@ -1,9 +1,9 @@
-// The q8 lanes with AVX-512 VNNI's vpdpbusd: 256-bit, and Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K decode with two
-// rows per 512-bit register (the same bits). Compiled with -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vnni
+// The q8 lanes with AVX-512 VNNI's vpdpbusd: 256-bit, and every q8 weight type's decode and prefill with two
+// rows per 512-bit register (tile4_zmm, tile4_zmm_k in q8_avx2.h; the same bits). Compiled with -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vnni
 // -mavx512vl; only called after cpu_dispatch.cpp has checked the CPU has them.
 #if defined(__x86_64__)
 #define PKV_Q8_VNNI 1
-#ifndef PKV_Q8_ZMM  // -DPKV_Q8_ZMM=0 builds the 256-bit decode4 only (for comparisons)
+#ifndef PKV_Q8_ZMM  // -DPKV_Q8_ZMM=0 builds the 256-bit kernels only (for comparisons)
 #define PKV_Q8_ZMM 1
 #endif
 #include "q8_avx2.h"

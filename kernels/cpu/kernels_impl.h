@@ -36,6 +36,55 @@ void axpy(float a, const float* x, float* y, int n) {
   for (int i = n8; i < n; ++i) y[i] = y[i] + a * x[i];
 }
 
+// out[i] = dot(q, k + i * ks, n) * scale for each of `rows` rows: dot<V>'s sequence per row,
+// four rows' sums interleaved (one dot alone is a chain of dependent FMAs; attention's scores
+// are many short dots of one query).
+template <class V>
+void dot_rows(const float* q, const float* k, size_t ks, int rows, int n, float scale, float* out) {
+  const int n8 = n & ~7;
+  int i = 0;
+  for (; i + 4 <= rows; i += 4) {
+    const float* kr[4] = {k + size_t(i) * ks, k + size_t(i + 1) * ks, k + size_t(i + 2) * ks, k + size_t(i + 3) * ks};
+    V acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    for (int c = 0; c < n8; c += 8) {
+      const V qv = V::load(q + c);
+      for (int r = 0; r < 4; ++r) acc[r] = V::fma(qv, V::load(kr[r] + c), acc[r]);
+    }
+    for (int r = 0; r < 4; ++r) {
+      float s = acc[r].hsum();
+      for (int c = n8; c < n; ++c) s = s + q[c] * kr[r][c];
+      out[i + r] = s * scale;
+    }
+  }
+  for (; i < rows; ++i) out[i] = dot<V>(q, k + size_t(i) * ks, n) * scale;
+}
+
+// y += c[i] * (v + i * vs) for i = 0 .. rows - 1 in order: axpy<V>'s operations on every element
+// in the same order, with y's 64-float chunks kept in registers across the rows instead of
+// stored and reloaded after each (attention's weighted sum of values).
+template <class V>
+void axpy_rows(const float* c, const float* v, size_t vs, int rows, float* y, int n) {
+  const int n8 = n & ~7;
+  int j = 0;
+  for (; j + 64 <= n8; j += 64) {
+    V acc[8];
+    for (int u = 0; u < 8; ++u) acc[u] = V::load(y + j + 8 * u);
+    for (int i = 0; i < rows; ++i) {
+      const V a = V::set1(c[i]);
+      const float* x = v + size_t(i) * vs + j;
+      for (int u = 0; u < 8; ++u) acc[u] = V::fma(a, V::load(x + 8 * u), acc[u]);
+    }
+    for (int u = 0; u < 8; ++u) acc[u].store(y + j + 8 * u);
+  }
+  for (; j < n8; j += 8) {
+    V acc = V::load(y + j);
+    for (int i = 0; i < rows; ++i) acc = V::fma(V::set1(c[i]), V::load(v + size_t(i) * vs + j), acc);
+    acc.store(y + j);
+  }
+  for (int i = 0; i < rows; ++i)
+    for (int e = n8; e < n; ++e) y[e] = y[e] + c[i] * v[size_t(i) * vs + e];
+}
+
 // NR rows x NT tokens of dot products, each with exactly dot<V>'s sequence.
 template <class V, int NR, int NT>
 inline void tile(const float* const* w, const float* x, int ldx, int k, float* y, int ldy) {

@@ -14,6 +14,8 @@ const KernelTable kNeonKernels = {
     impl::dot<Vec8Neon>,
     impl::matmul_rows<Vec8Neon, impl::dequant_reference>,
     impl::axpy<Vec8Neon>,
+    impl::dot_rows<Vec8Neon>,
+    impl::axpy_rows<Vec8Neon>,
     q8::quantize_portable,
     q8::matmul_rows<q8::Portable>,  // a CPU without the dot-product extension
     "portable",

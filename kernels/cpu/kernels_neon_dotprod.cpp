@@ -137,6 +137,8 @@ const KernelTable kNeonDotprodKernels = {
     impl::dot<Vec8Neon>,
     impl::matmul_rows<Vec8Neon, impl::dequant_reference>,
     impl::axpy<Vec8Neon>,
+    impl::dot_rows<Vec8Neon>,
+    impl::axpy_rows<Vec8Neon>,
     q8::quantize_portable,
     q8::matmul_rows<q8::NeonDotprod>,
     "neon-dotprod",

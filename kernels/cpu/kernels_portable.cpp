@@ -13,6 +13,8 @@ const KernelTable kPortableKernels = {
     impl::dot<Vec8Portable>,
     impl::matmul_rows<Vec8Portable, impl::dequant_reference>,
     impl::axpy<Vec8Portable>,
+    impl::dot_rows<Vec8Portable>,
+    impl::axpy_rows<Vec8Portable>,
     q8::quantize_portable,
     q8::matmul_rows<q8::Portable>,
     "portable",

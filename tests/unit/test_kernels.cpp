@@ -129,6 +129,44 @@ TEST_CASE("matmul outputs do not depend on row ranges or token counts and dot() 
   }
 }
 
+TEST_CASE("dot_rows and axpy_rows equal dot and axpy row by row bit for bit") {
+  // Attention's score and value loops: each row's dot (times the scale) and each row's axpy in
+  // order must give exactly what one call per row gives, whatever the row count (four-row groups
+  // and the rest), the length (64-float chunks, 8-float chunks, a scalar tail) and the stride.
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd;
+  auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  for (const cpu::KernelTable* kt : tables())
+    for (int n : {64, 128, 72, 13, 200})
+      for (int rows : {0, 1, 3, 4, 5, 9, 17}) {
+        INFO(kt->name << " n=" << n << " rows=" << rows);
+        const size_t stride = size_t(n) + 5;
+        std::vector<float> q(static_cast<size_t>(n)), m(stride * size_t(rows) + 1), c(static_cast<size_t>(rows) + 1);
+        for (float& v : q) v = nd(rng);
+        for (float& v : m) v = nd(rng);
+        for (float& v : c) v = nd(rng);
+        const float scale = 0.125f + float(rows) / 7.0f;  // not a power of two: a real rounding
+        std::vector<float> got(static_cast<size_t>(rows) + 1, -1.0f);
+        kt->dot_rows(q.data(), m.data(), stride, rows, n, scale, got.data());
+        size_t bad = 0;
+        for (int i = 0; i < rows; ++i) bad += bits(got[size_t(i)]) != bits(kt->dot(q.data(), m.data() + size_t(i) * stride, n) * scale);
+        CHECK(bad == 0);
+        CHECK(got[size_t(rows)] == -1.0f);  // nothing written past the rows
+        std::vector<float> y0(size_t(n) + 1);
+        for (float& v : y0) v = nd(rng);
+        std::vector<float> y1(y0), y2(y0);
+        kt->axpy_rows(c.data(), m.data(), stride, rows, y1.data(), n);
+        for (int i = 0; i < rows; ++i) kt->axpy(c[size_t(i)], m.data() + size_t(i) * stride, y2.data(), n);
+        bad = 0;
+        for (size_t e = 0; e <= size_t(n); ++e) bad += bits(y1[e]) != bits(y2[e]);  // y[n]: untouched by both
+        CHECK(bad == 0);
+      }
+}
+
 TEST_CASE("rmsnorm, rope, silu and softmax against hand-derived values") {
   const float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 2, 0.5f};
   float out[4];
