@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <utility>
 
 #include "q8_impl.h"
 
@@ -138,9 +139,10 @@ struct PKV_Q8_AVX2_POLICY {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
   }
-  // Decode (1 token) of Q4_0 / Q4_1, four rows at a time, with the per-block work that does not
-  // depend on the row done once for all four: one F16C conversion of the four rows' headers
-  // [d0, m0, d1, m1, d2, m2, d3, m3], one multiply for the eight scales d_r * d_x,h (each row's
+  // Decode (1 token), four rows at a time, every q8 weight type (decode4_ymm, decode4_ymm_k; with
+  // PKV_Q8_ZMM tile4<T, 1>), with the per-block work that does not depend on the row done once
+  // for all four: one F16C conversion of the four rows' headers [d0, m0, d1, m1, d2, m2, d3, m3]
+  // (K-quants: once per super-block), one multiply for the eight scales d_r * d_x,h (each row's
   // lane scales then a permute), one FMA for the four minimum terms (lane 2r + 1). Every output
   // gets tile<P, T, 4, 1>'s operations on tile's values -- the same products, fused in the same
   // order -- so the same bits (tests/unit/test_q8.cpp checks every instruction set against the
@@ -228,6 +230,16 @@ struct PKV_Q8_AVX2_POLICY {
       PKV_UNROLL for (int r = 0; r < 4; ++r) y[r] = hsum(acc[r]) + m[2 * r + 1];
     }
   }
+  // fn(std::integral_constant<int, j>{}) for the sub-blocks j = 0 .. 7 of a super-block, in order
+  // (j a constant in each call: its shifts and masks become immediates).
+  template <class F, int... J>
+  static void each_sub_block(F& fn, std::integer_sequence<int, J...>) {
+    (fn(std::integral_constant<int, J>{}), ...);
+  }
+  template <class F>
+  static void each_sub_block(F& fn) {
+    each_sub_block(fn, std::make_integer_sequence<int, 8>{});
+  }
   // K-quants: a super-block's sixteen 8-bit header fields of one row, a 16-bit word per
   // sub-block j -- Q4_K / Q5_K: [sc_j, m_j], the 6-bit scale and minimum unpacked as
   // get_scale_min_k4 packs them; Q6_K: [sc_2j, sc_2j+1], its int8 scales of elements 0..15 and 16..31.
@@ -294,6 +306,7 @@ struct PKV_Q8_AVX2_POLICY {
   template <DType T>
   static void decode4_ymm_k(const MatmulArgs& a, int r0) {
     static_assert(kquant<T>(), "decode4_ymm_k: Q4_K, Q5_K and Q6_K");
+    PKV_ASSERT(a.k % 256 == 0);  // whole super-blocks (the loader checks every row is)
     constexpr int kBytes = block_bytes<T>();
     const int nsb = a.k / 256;
     const uint8_t* rows[4];
@@ -343,14 +356,7 @@ struct PKV_Q8_AVX2_POLICY {
           acc[r] = fma(acc[r], _mm256_permutevar8x32_ps(sp, row_sel(r)), l);
         }
       };
-      sub(std::integral_constant<int, 0>{});
-      sub(std::integral_constant<int, 1>{});
-      sub(std::integral_constant<int, 2>{});
-      sub(std::integral_constant<int, 3>{});
-      sub(std::integral_constant<int, 4>{});
-      sub(std::integral_constant<int, 5>{});
-      sub(std::integral_constant<int, 6>{});
-      sub(std::integral_constant<int, 7>{});
+      each_sub_block(sub);
     }
     store4<T>(a.y + r0, acc, accm);
   }
@@ -472,6 +478,7 @@ struct PKV_Q8_AVX2_POLICY {
   template <DType T, int NT>
   static void tile4_zmm_k(const MatmulArgs& a, int r0, int t0) {
     static_assert(kquant<T>(), "tile4_zmm_k: Q4_K, Q5_K and Q6_K");
+    PKV_ASSERT(a.k % 256 == 0);  // whole super-blocks (the loader checks every row is)
     constexpr int kBytes = block_bytes<T>();
     const int nsb = a.k / 256, nb = a.k / 32;
     const uint8_t* rows[4];
@@ -559,14 +566,7 @@ struct PKV_Q8_AVX2_POLICY {
           }
         }
       };
-      sub(std::integral_constant<int, 0>{});
-      sub(std::integral_constant<int, 1>{});
-      sub(std::integral_constant<int, 2>{});
-      sub(std::integral_constant<int, 3>{});
-      sub(std::integral_constant<int, 4>{});
-      sub(std::integral_constant<int, 5>{});
-      sub(std::integral_constant<int, 6>{});
-      sub(std::integral_constant<int, 7>{});
+      each_sub_block(sub);
     }
     PKV_UNROLL for (int t = 0; t < NT; ++t) store4<T>(a, r0, t0 + t, acc[t][0], acc[t][1], accm[t]);
   }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -131,6 +132,7 @@ int main(int argc, char** argv) {
   a.xq = xq.data();
   ts[0]->matmul_q8_rows(a, 0, rows);
   for (const cpu::KernelTable* t : ts) {
+    std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());  // an output left unwritten fails
     a.y = y.data();
     t->matmul_q8_rows(a, 0, rows);
     if (std::memcmp(y.data(), y_ref.data(), y.size() * sizeof(float)) != 0) {
