@@ -240,6 +240,24 @@ struct PKV_Q8_AVX2_POLICY {
   static void each_sub_block(F& fn) {
     each_sub_block(fn, std::make_integer_sequence<int, 8>{});
   }
+  // The K-quant kernels' hdr is [w_0, w'_0, .. w_3, w'_3]: Q4_K / Q5_K's [d sc, dmin (-m)] per
+  // row, whose even lanes are the scales; Q6_K's [d sc_2j, d sc_2j+1] per row, the scales of
+  // elements 0..15 then 16..31. kq_pick's permutation puts in lane r the first (times d_x0), in
+  // r + 4 the second (times d_x1).
+  template <DType T>
+  static __m256i kq_pick() {
+    return T == DType::Q6_K ? _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7) : _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  }
+  // Super-block s of rows r0 .. r0 + 3 into sb[], each prefetched PKV_Q8_PREFETCH ahead, a line
+  // per 64 bytes (consecutive addresses at most 64 apart: every line).
+  template <DType T>
+  static void kq_super_blocks(const MatmulArgs& a, int r0, int s, const uint8_t* sb[4]) {
+    constexpr int kBytes = block_bytes<T>();
+    PKV_UNROLL for (int r = 0; r < 4; ++r) {
+      sb[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes + size_t(s) * kBytes;
+      PKV_UNROLL for (int off = 0; off < kBytes; off += 64) __builtin_prefetch(sb[r] + off + PKV_Q8_PREFETCH);
+    }
+  }
   // K-quants: a super-block's sixteen 8-bit header fields of one row, a 16-bit word per
   // sub-block j -- Q4_K / Q5_K: [sc_j, m_j], the 6-bit scale and minimum unpacked as
   // get_scale_min_k4 packs them; Q6_K: [sc_2j, sc_2j+1], its int8 scales of elements 0..15 and 16..31.
@@ -307,23 +325,13 @@ struct PKV_Q8_AVX2_POLICY {
   static void decode4_ymm_k(const MatmulArgs& a, int r0) {
     static_assert(kquant<T>(), "decode4_ymm_k: Q4_K, Q5_K and Q6_K");
     PKV_ASSERT(a.k % 256 == 0);  // whole super-blocks (the loader checks every row is)
-    constexpr int kBytes = block_bytes<T>();
     const int nsb = a.k / 256;
-    const uint8_t* rows[4];
-    for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     __m256 accm = _mm256_setzero_ps();
-    // hdr (below) is [w_0, w'_0, .. w_3, w'_3]: Q4_K / Q5_K's [d sc, dmin (-m)] per row, whose
-    // even lanes are the scales; Q6_K's [d sc_2j, d sc_2j+1] per row, the scales of elements
-    // 0..15 then 16..31. sp's lane r must be the first (times d_x0), r + 4 the second (d_x1).
-    const __m256i pick = T == DType::Q6_K ? _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7) : _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    const __m256i pick = kq_pick<T>();  // hdr -> sp's order
     for (int s = 0; s < nsb; ++s) {
       const uint8_t* sb[4];
-      PKV_UNROLL for (int r = 0; r < 4; ++r) {
-        sb[r] = rows[r] + size_t(s) * kBytes;
-        // A line of prefetch per 64 bytes: consecutive addresses at most 64 apart, every line.
-        PKV_UNROLL for (int off = 0; off < kBytes; off += 64) __builtin_prefetch(sb[r] + off + PKV_Q8_PREFETCH);
-      }
+      kq_super_blocks<T>(a, r0, s, sb);
       const __m256 f = kq_factors<T>(sb);
       // Four rows x eight words -> t[k]: sub-block 2k's word of rows 0..3, then 2k + 1's.
       const __m128i f0 = kq_fields<T>(sb[0]), f1 = kq_fields<T>(sb[1]), f2 = kq_fields<T>(sb[2]), f3 = kq_fields<T>(sb[3]);
@@ -479,20 +487,14 @@ struct PKV_Q8_AVX2_POLICY {
   static void tile4_zmm_k(const MatmulArgs& a, int r0, int t0) {
     static_assert(kquant<T>(), "tile4_zmm_k: Q4_K, Q5_K and Q6_K");
     PKV_ASSERT(a.k % 256 == 0);  // whole super-blocks (the loader checks every row is)
-    constexpr int kBytes = block_bytes<T>();
     const int nsb = a.k / 256, nb = a.k / 32;
-    const uint8_t* rows[4];
-    for (int r = 0; r < 4; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
     __m512 acc[NT][2];
     __m256 accm[NT];
     PKV_UNROLL for (int t = 0; t < NT; ++t) {
       acc[t][0] = acc[t][1] = _mm512_setzero_ps();
       accm[t] = _mm256_setzero_ps();
     }
-    // hdr (below) is [w_0, w'_0, .. w_3, w'_3]: Q4_K / Q5_K's [d sc, dmin (-m)] per row, whose
-    // even lanes are the scales; Q6_K's [d sc_2j, d sc_2j+1] per row, the scales of elements
-    // 0..15 then 16..31. sp's lane r must be the first (times d_x0), r + 4 the second (d_x1).
-    const __m256i pick = T == DType::Q6_K ? _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7) : _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    const __m256i pick = kq_pick<T>();  // hdr -> sp's order
     // Word r * 8 + j (row r's field pair of sub-block j) -> word 4 j + r.
     const __m512i transpose = _mm512_setr_epi32(0x00080000, 0x00180010, 0x00090001, 0x00190011, 0x000a0002, 0x001a0012,
                                                 0x000b0003, 0x001b0013, 0x000c0004, 0x001c0014, 0x000d0005, 0x001d0015,
@@ -500,11 +502,7 @@ struct PKV_Q8_AVX2_POLICY {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int s = 0; s < nsb; ++s) {
       const uint8_t* sb[4];
-      PKV_UNROLL for (int r = 0; r < 4; ++r) {
-        sb[r] = rows[r] + size_t(s) * kBytes;
-        // A line of prefetch per 64 bytes: consecutive addresses at most 64 apart, every line.
-        PKV_UNROLL for (int off = 0; off < kBytes; off += 64) __builtin_prefetch(sb[r] + off + PKV_Q8_PREFETCH);
-      }
+      kq_super_blocks<T>(a, r0, s, sb);
       // kq_factors twice: [f_r, f'_r] per row for sub-blocks 2k and 2k + 1.
       const __m256 fy = kq_factors<T>(sb);
       const __m512 f16 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(fy)), _mm256_castps_pd(fy), 1));
