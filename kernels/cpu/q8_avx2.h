@@ -248,12 +248,12 @@ struct PKV_Q8_AVX2_POLICY {
   static __m256i kq_pick() {
     return T == DType::Q6_K ? _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7) : _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
   }
-  // Super-block s of rows r0 .. r0 + 3 into sb[], each prefetched PKV_Q8_PREFETCH ahead, a line
+  // Super-block s of rows r0 .. r0 + NR - 1 into sb[], each prefetched PKV_Q8_PREFETCH ahead, a line
   // per 64 bytes (consecutive addresses at most 64 apart: every line).
-  template <DType T>
-  static void kq_super_blocks(const MatmulArgs& a, int r0, int s, const uint8_t* sb[4]) {
+  template <DType T, int NR>
+  static void kq_super_blocks(const MatmulArgs& a, int r0, int s, const uint8_t* sb[NR]) {
     constexpr int kBytes = block_bytes<T>();
-    PKV_UNROLL for (int r = 0; r < 4; ++r) {
+    PKV_UNROLL for (int r = 0; r < NR; ++r) {
       sb[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes + size_t(s) * kBytes;
       PKV_UNROLL for (int off = 0; off < kBytes; off += 64) __builtin_prefetch(sb[r] + off + PKV_Q8_PREFETCH);
     }
@@ -331,7 +331,7 @@ struct PKV_Q8_AVX2_POLICY {
     const __m256i pick = kq_pick<T>();  // hdr -> sp's order
     for (int s = 0; s < nsb; ++s) {
       const uint8_t* sb[4];
-      kq_super_blocks<T>(a, r0, s, sb);
+      kq_super_blocks<T, 4>(a, r0, s, sb);
       const __m256 f = kq_factors<T>(sb);
       // Four rows x eight words -> t[k]: sub-block 2k's word of rows 0..3, then 2k + 1's.
       const __m128i f0 = kq_fields<T>(sb[0]), f1 = kq_fields<T>(sb[1]), f2 = kq_fields<T>(sb[2]), f3 = kq_fields<T>(sb[3]);
@@ -368,6 +368,94 @@ struct PKV_Q8_AVX2_POLICY {
     }
     store4<T>(a.y + r0, acc, accm);
   }
+  // One row x NT tokens (NT 8, or 4 for a tail), every q8 weight type: tile<P, T, 1, NT>'s
+  // operations on its values (load_w, load_scales, scale, lanes, fma, fma_min once per row,
+  // block and token, in the same order), so the same bits, but with the minimum term of all
+  // NT tokens in one FMA: sT[8 b + t] is token t0 + t's block sum s of block b (prefill fills it).
+  template <DType T, int NT>
+  static void tile1_ymm(const MatmulArgs& a, int r, int t0, const float* sT) {
+    static_assert(NT <= 8, "tile1_ymm: the minimum term keeps one lane per token, eight lanes");
+    const int nb = a.k / 32;
+    const uint8_t* row = static_cast<const uint8_t*>(a.w) + size_t(r) * a.w_row_bytes;
+    const BlockQ8x* xt[NT];
+    PKV_UNROLL for (int t = 0; t < NT; ++t) xt[t] = a.xq + size_t(t0 + t) * nb;
+    __m256 acc[NT];
+    PKV_UNROLL for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    const auto block = [&](const uint8_t* blk, auto jc, int b) {
+      constexpr int j = decltype(jc)::value;
+      const D dm = load_scales<T>(blk, j);
+      const W w = load_w<T>(blk, j);
+      if constexpr (has_min<T>())  // lane t: m_w * s_t + acc (fma_min's)
+        accm = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)), _mm256_loadu_ps(sT + size_t(b) * 8), accm);
+      PKV_UNROLL for (int t = 0; t < NT; ++t) {
+        const BlockQ8x& x = xt[t][b];
+        acc[t] = fma(acc[t], scale<T>(dm, xscale(x)), lanes<T>(w, x.q));
+      }
+    };
+    if constexpr (kquant<T>()) {
+      PKV_ASSERT(a.k % 256 == 0);  // whole super-blocks (the loader checks every row is)
+      for (int s = 0; s < nb / 8; ++s) {
+        const uint8_t* sb[1];
+        kq_super_blocks<T, 1>(a, r, s, sb);
+        const auto sub = [&](auto jc) { block(sb[0], jc, s * 8 + decltype(jc)::value); };
+        each_sub_block(sub);
+      }
+    } else {
+      for (int b = 0; b < nb; ++b) {
+        const uint8_t* blk = row + size_t(b) * block_bytes<T>();
+        __builtin_prefetch(blk + PKV_Q8_PREFETCH);
+        block(blk, std::integral_constant<int, 0>{}, b);
+      }
+    }
+    alignas(32) float m[8];
+    _mm256_store_ps(m, accm);
+    PKV_UNROLL for (int t = 0; t < NT; ++t) {
+      float y = hsum(acc[t]);
+      if constexpr (has_min<T>()) y = y + m[t];
+      a.y[size_t(t0 + t) * a.ldy + r] = y;
+    }
+  }
+  // rows()'s prefill hook (HasPrefill): tokens in groups of 8, each group's block sums
+  // transposed once into sT (on the stack: k up to kPrefillMaxK) and every row of the task
+  // through tile1_ymm; a tail of 4 to 7 tokens takes tile1_ymm<T, 4> first, then single tokens
+  // decode4 on 4 rows, tile<P, T, 1, 1> on the rest. False (rows() uses the generic tiles) past
+  // kPrefillMaxK.
+#if !(defined(PKV_Q8_VNNI) && PKV_Q8_ZMM)
+  static constexpr int kPrefillMaxK = 16384;
+  template <DType T>
+  static bool prefill(const MatmulArgs& a, int row_begin, int row_end) {
+    const int nb = a.k / 32;
+    if (a.k > kPrefillMaxK) return false;
+    alignas(32) float sT[kPrefillMaxK / 32 * 8];
+    for (int t0 = 0; t0 < a.n_tok;) {
+      const int n = std::min(8, a.n_tok - t0);
+      if (n >= 4) {
+        if constexpr (has_min<T>()) {
+          for (int b = 0; b < nb; ++b)
+            PKV_UNROLL for (int t = 0; t < 8; ++t) sT[8 * b + t] = t < n ? a.xq[size_t(t0 + t) * nb + b].s : 0.0f;
+        }
+        for (int r = row_begin; r < row_end; ++r) {
+          if (n == 8)
+            tile1_ymm<T, 8>(a, r, t0, sT);
+          else
+            tile1_ymm<T, 4>(a, r, t0, sT);
+        }
+        t0 += n == 8 ? 8 : 4;
+        continue;
+      }
+      MatmulArgs one = a;  // one token
+      one.xq = a.xq + size_t(t0) * nb;
+      one.y = a.y + size_t(t0) * a.ldy;
+      one.n_tok = 1;
+      int r = row_begin;
+      for (; r + 4 <= row_end; r += 4) decode4<T>(one, r);
+      for (; r < row_end; ++r) tile<PKV_Q8_AVX2_POLICY, T, 1, 1>(one, r, 0);
+      ++t0;
+    }
+    return true;
+  }
+#endif
 #if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
 // GCC 12's avx512fintrin.h passes _mm512_undefined_*() as the unused merge source of unmasked
 // intrinsics, which -Wmaybe-uninitialized reports (GCC bug 105593, fixed in 13): silenced here only.
@@ -502,7 +590,7 @@ struct PKV_Q8_AVX2_POLICY {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int s = 0; s < nsb; ++s) {
       const uint8_t* sb[4];
-      kq_super_blocks<T>(a, r0, s, sb);
+      kq_super_blocks<T, 4>(a, r0, s, sb);
       // kq_factors twice: [f_r, f'_r] per row for sub-blocks 2k and 2k + 1.
       const __m256 fy = kq_factors<T>(sb);
       const __m512 f16 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(fy)), _mm256_castps_pd(fy), 1));

@@ -252,6 +252,13 @@ struct HasTile4 : std::false_type {};
 template <class P>
 struct HasTile4<P, std::void_t<decltype(P::kHasTile4)>> : std::true_type {};
 
+// Whether policy P has a prefill of its own (P::prefill<T>(a, row_begin, row_end), every q8
+// weight type, false where it declines the shape), equal bit for bit to tile<P, T, NR, NT>.
+template <class P, class = void>
+struct HasPrefill : std::false_type {};
+template <class P>
+struct HasPrefill<P, std::void_t<decltype(P::kPrefillMaxK)>> : std::true_type {};
+
 template <class P, DType T>
 void rows(const MatmulArgs& a, int row_begin, int row_end) {
   // Decode (one token) takes 4 rows at a time; prefill P::kRows rows x P::kTokens tokens.
@@ -265,6 +272,9 @@ void rows(const MatmulArgs& a, int row_begin, int row_end) {
     for (; r + 4 <= row_end; r += 4) tile<P, T, 4, 1>(a, r, 0);
     for (; r < row_end; ++r) tile<P, T, 1, 1>(a, r, 0);
     return;
+  }
+  if constexpr (HasPrefill<P>::value) {
+    if (P::template prefill<T>(a, row_begin, row_end)) return;
   }
   for (int t0 = 0; t0 < a.n_tok; t0 += PKV_Q8_TOKEN_BLOCK) {
     const int t1 = std::min(a.n_tok, t0 + PKV_Q8_TOKEN_BLOCK);
