@@ -465,13 +465,20 @@ struct PKV_Q8_AVX2_POLICY {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
   // Four rows x NT tokens with 512-bit registers (AVX-512 F/BW + VNNI): decode (NT = 1) and
-  // prefill (NT = 4, P::tile4). Rows r0, r0 + 1 in one register and r0 + 2, r0 + 3 in another,
+  // prefill (NT = 4 or 8, P::tile4). Rows r0, r0 + 1 in one register and r0 + 2, r0 + 3 in another,
   // eight lanes each, per token -- lane j of row r's half holds exactly what lane j of tile<P, T,
   // NR, NT>'s acc[r][t] holds: the same dpbusd lane sums, the same scale products, the same FMA
   // per block in the same order, and hsum over the same eight lanes, so the same bits
   // (tests/unit/test_q8.cpp), with half the convert and FMA instructions per row, block and
   // token, and each block's weights unpacked once for all NT tokens (docs/PERFORMANCE.md).
   static constexpr bool kHasTile4 = true;
+  // 8 tokens per tile for the 32-element block types: faster than 4 by 1.08x (Q5_0), 1.20x
+  // (Q8_0), 1.03x (Q4_1) (phasekv_q8_bench --tokens 64, medians of 8 interleaved pairs); K-quants'
+  // 0.74x (16 accumulators and the unpacked sub-block headers do not fit 32 registers): 4.
+  template <DType T>
+  static constexpr bool tile4_wide() {
+    return !kquant<T>();
+  }
   template <DType T, int NT>
   static void tile4(const MatmulArgs& a, int r0, int t0) {
     if constexpr (kquant<T>())

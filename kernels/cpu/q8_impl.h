@@ -246,7 +246,8 @@ template <class P>
 struct HasDecode4<P, std::void_t<decltype(P::kHasDecode4)>> : std::true_type {};
 
 // Whether policy P has a prefill kernel of its own for 4 rows x NT tokens (P::tile4<T, NT>, NT
-// 4 and 1, every q8 weight type), equal bit for bit to tile<P, T, NR, NT>.
+// 4 and 1, every q8 weight type, and 8 where P::tile4_wide<T>()), equal bit for bit to
+// tile<P, T, NR, NT>.
 template <class P, class = void>
 struct HasTile4 : std::false_type {};
 template <class P>
@@ -282,6 +283,8 @@ void rows(const MatmulArgs& a, int row_begin, int row_end) {
     if constexpr (HasTile4<P>::value) {
       for (; r + 4 <= row_end; r += 4) {
         int t = t0;
+        if constexpr (P::template tile4_wide<T>())
+          for (; t + 8 <= t1; t += 8) P::template tile4<T, 8>(a, r, t);
         for (; t + 4 <= t1; t += 4) P::template tile4<T, 4>(a, r, t);
         for (; t < t1; ++t) P::template tile4<T, 1>(a, r, t);
       }
