@@ -419,8 +419,7 @@ struct PKV_Q8_AVX2_POLICY {
   // rows()'s prefill hook (HasPrefill): tokens in groups of 8, each group's block sums
   // transposed once into sT (on the stack: k up to kPrefillMaxK) and every row of the task
   // through tile1_ymm; a tail of 4 to 7 tokens takes tile1_ymm<T, 4> first, then single tokens
-  // decode4 on 4 rows, tile<P, T, 1, 1> on the rest. False (rows() uses the generic tiles) past
-  // kPrefillMaxK.
+  // rows()'s decode path. False (rows() uses the generic tiles) past kPrefillMaxK.
 #if !(defined(PKV_Q8_VNNI) && PKV_Q8_ZMM)
   static constexpr int kPrefillMaxK = 16384;
   template <DType T>
@@ -444,13 +443,11 @@ struct PKV_Q8_AVX2_POLICY {
         t0 += n == 8 ? 8 : 4;
         continue;
       }
-      MatmulArgs one = a;  // one token
+      MatmulArgs one = a;  // one token: rows()'s decode path
       one.xq = a.xq + size_t(t0) * nb;
       one.y = a.y + size_t(t0) * a.ldy;
       one.n_tok = 1;
-      int r = row_begin;
-      for (; r + 4 <= row_end; r += 4) decode4<T>(one, r);
-      for (; r < row_end; ++r) tile<PKV_Q8_AVX2_POLICY, T, 1, 1>(one, r, 0);
+      rows<PKV_Q8_AVX2_POLICY, T>(one, row_begin, row_end);
       ++t0;
     }
     return true;
