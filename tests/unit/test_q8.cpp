@@ -539,6 +539,7 @@ TEST_CASE("q8 mode on SmolLM2: logits within the stated relative L2 of the refer
     worst_all = std::max(worst_all, worst);
     int diverged = -1;
     float margin = 0;
+    double sigma = 0;  // the rms logit error (q8 - reference) over the vocabulary where the tokens part
     for (int i = 0; i < n_greedy && diverged < 0; ++i) {
       const int32_t a = argmax(rc->logits(), int(V)), b = argmax(qc->logits(), int(V));
       if (a != b) {
@@ -547,6 +548,9 @@ TEST_CASE("q8 mode on SmolLM2: logits within the stated relative L2 of the refer
         for (size_t v = 0; v < V; ++v)
           if (int32_t(v) != a) second = std::max(second, rc->logits()[v]);
         margin = rc->logits()[a] - second;
+        double e2 = 0;
+        for (size_t v = 0; v < V; ++v) e2 += (double(qc->logits()[v]) - rc->logits()[v]) * (double(qc->logits()[v]) - rc->logits()[v]);
+        sigma = std::sqrt(e2 / double(V));
         break;
       }
       REQUIRE(rc->decode(a).ok());
@@ -556,10 +560,17 @@ TEST_CASE("q8 mode on SmolLM2: logits within the stated relative L2 of the refer
     MESSAGE(p["name"].get<std::string>() << ": rel L2 over " << ids.size() << " positions: median " << median << ", worst " << worst
                                          << (diverged < 0 ? ", greedy identical"
                                                           : ", greedy diverges at token " + std::to_string(diverged) +
-                                                                " (reference top-2 margin " + std::to_string(margin) + ")"));
+                                                                " (reference top-2 margin " + std::to_string(margin) +
+                                                                ", rms logit error there " + std::to_string(sigma) + ")"));
     CHECK(median <= kMedianBound);
     CHECK(worst <= kWorstBound);
+    // A divergence must start where the noise can explain it: swapping the top two takes
+    // e_b - e_a >= margin, which for errors of rms sigma per logit is within 3 standard
+    // deviations (3 sqrt(2) sigma) -- not where the reference is decided by more.
+    if (diverged >= 0) CHECK(margin <= 3.0 * std::sqrt(2.0) * sigma);
   }
   MESSAGE("q8 vs reference: worst rel L2 " << worst_all << ", worst median " << worst_median << ", greedy identical on " << identical << " of " << n_prompts << " prompts");
-  CHECK(identical >= n_prompts - 1);
+  // No count of identical prompts is asserted: which prompts part is a draw of the noise (any
+  // change of a q8 float step redraws it -- README "What the q8 mode changes": 2 to 5 of 5
+  // across equally accurate variants); where they part is checked above.
 }
