@@ -240,6 +240,7 @@ struct AttentionJob {
   float* scratch;
   size_t scratch_stride;
   int splits;  // query heads of a GQA group split into this many tasks (decode: more tasks than KV heads)
+  void (*softmax)(float* x, int n);  // cpu::softmax, or the q8 mode's k->softmax_q8
 };
 
 // One (token, KV head): the query heads sharing that KV head (GQA group), one after the other
@@ -312,7 +313,7 @@ void attention_task(void* ctx, int task, int thread) {
       const float inv = 1.0f / sum;
       for (int i = 0; i < n_keys; ++i) sc[i] = sc[i] * inv;
     } else {
-      cpu::softmax(sc, n_keys);
+      j.softmax(sc, n_keys);
     }
   }
   // Each output element: the entries' values, then the exact tokens', in order (axpy_rows
@@ -401,7 +402,7 @@ void CpuBackend::attention(const AttentionArgs& a) {
   // same either way (see attention_task), so the split changes no bit.
   const int group = a.n_heads / a.n_kv_heads;
   const int splits = a.n_tokens * a.n_kv_heads < 2 * pool_.size() ? group : 1;
-  AttentionJob j{&k_, &a, scratch_, scratch_stride_, splits};
+  AttentionJob j{&k_, &a, scratch_, scratch_stride_, splits, mode_ == cpu::MatmulMode::Q8 ? k_.softmax_q8 : cpu::softmax};
   pool_.run(a.n_tokens * a.n_kv_heads * splits, attention_task, &j);
 }
 
@@ -424,6 +425,7 @@ void CpuBackend::compress_reset(float* acc, int n_windows, int n_kv_heads, int d
 
 namespace {
 struct SiluJob {
+  void (*fn)(const float* g, const float* u, float* out, int n);  // cpu::silu_mul, or the q8 mode's
   const float *g, *u;
   float* out;
   size_t n, chunk;
@@ -431,7 +433,7 @@ struct SiluJob {
 void silu_task(void* ctx, int task, int /*thread*/) {
   const SiluJob& j = *static_cast<const SiluJob*>(ctx);
   const size_t b = size_t(task) * j.chunk, e = std::min(j.n, b + j.chunk);
-  cpu::silu_mul(j.g + b, j.u + b, j.out + b, int(e - b));
+  j.fn(j.g + b, j.u + b, j.out + b, int(e - b));
 }
 }  // namespace
 
@@ -439,9 +441,10 @@ void silu_task(void* ctx, int task, int /*thread*/) {
 // would otherwise wait ~8 us per layer for the caller); any split gives the same bits.
 void CpuBackend::silu_mul(const float* g, const float* u, float* out, size_t n) {
   constexpr size_t kMinChunk = 512;
+  const auto fn = mode_ == cpu::MatmulMode::Q8 ? k_.silu_mul_q8 : cpu::silu_mul;
   const int tasks = int(std::min<size_t>(size_t(pool_.size()), n / kMinChunk));
-  if (tasks <= 1) return cpu::silu_mul(g, u, out, int(n));
-  SiluJob j{g, u, out, n, (n + size_t(tasks) - 1) / size_t(tasks)};
+  if (tasks <= 1) return fn(g, u, out, int(n));
+  SiluJob j{fn, g, u, out, n, (n + size_t(tasks) - 1) / size_t(tasks)};
   pool_.run(tasks, silu_task, &j);
 }
 

@@ -71,6 +71,11 @@ struct KernelTable {
   // are exact and every float step is the same IEEE operation, so every instruction set
   // (AVX2 maddubs, AVX-512 VNNI, NEON sdot, portable C++) gives the same bits.
   void (*matmul_q8_rows)(const MatmulArgs& a, int row_begin, int row_end);
+  // The q8 mode's softmax and SiLU: an exp of fixed IEEE operations instead of std::exp (a few
+  // ulp apart), the same bits on every instruction set (kernels_impl.h vexp); the reference mode
+  // keeps softmax() / silu_mul() below.
+  void (*softmax_q8)(float* x, int n);
+  void (*silu_mul_q8)(const float* g, const float* u, float* out, int n);
   const char* q8_isa;  // the q8 kernels' instructions: "avx2", "avx512vnni", "neon-dotprod", "portable"
 };
 

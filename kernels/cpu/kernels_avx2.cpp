@@ -147,6 +147,8 @@ const KernelTable kAvx2Kernels = {
     impl::axpy_rows<Vec8Avx2>,
     q8::quantize_avx2,
     q8::matmul_rows<q8::Avx2>,
+    impl::softmax_q8<Vec8Avx2>,
+    impl::silu_mul_q8<Vec8Avx2>,
     "avx2",
 };
 
@@ -163,6 +165,8 @@ const KernelTable kAvx2VnniKernels = {
     impl::axpy_rows<Vec8Avx2>,
     q8::quantize_avx2,
     matmul_q8_rows_avx512vnni,
+    impl::softmax_q8<Vec8Avx2>,
+    impl::silu_mul_q8<Vec8Avx2>,
     "avx512vnni",
 };
 

@@ -146,6 +146,87 @@ void matmul_rows(const MatmulArgs& a, int row_begin, int row_end, float* scratch
   }
 }
 
+// ---- the q8 mode's exp, softmax and SiLU (KernelTable::softmax_q8, silu_mul_q8) ----
+// exp(x) in eight lanes, a fixed sequence of IEEE operations (V::fused, add, sub, mul, max,
+// min, a shift), so every instruction set gives the same bits; within a few ulp of exp for x
+// in [-87.33, 88] (tests/unit/test_kernels.cpp), x clamped to that range (exp(-87.33) is
+// ~2^-126, the smallest normal float; the softmax's x - max <= 0, SiLU's -g of any sign).
+//   n = round(x log2 e) by the magic-number add: t = x log2 e + (1.5 * 2^23 + 127) rounds to an
+//   integer, so t's low mantissa bits hold n + 127 (1..254 after the clamp) and t - magic = n
+//   exactly; r = x - n ln 2 in two steps (ln 2's high part has 9 significant bits: n * hi is
+//   exact), |r| <= ln 2 / 2; e^r by its Taylor series to degree 7 (truncation < 6e-9 relative);
+//   times 2^n, the float whose bits are (n + 127) << 23 (t's bits shifted: the rest of t's bits
+//   leave the word).
+template <class V>
+inline V vexp(V x) {
+  x = V::min(V::max(x, V::set1(-87.33654f)), V::set1(88.0f));
+  const V magic = V::set1(12583039.0f);  // 1.5 * 2^23 + 127
+  const V t = V::fused(x, V::set1(1.44269502f), magic);
+  const V n = V::sub(t, magic);
+  V r = V::fused(n, V::set1(-0.693359375f), x);
+  r = V::fused(n, V::set1(2.12194440e-4f), r);  // ln 2 = 0.693359375 - 2.12194440e-4
+  V p = V::set1(1.0f / 5040.0f);
+  p = V::fused(p, r, V::set1(1.0f / 720.0f));
+  p = V::fused(p, r, V::set1(1.0f / 120.0f));
+  p = V::fused(p, r, V::set1(1.0f / 24.0f));
+  p = V::fused(p, r, V::set1(1.0f / 6.0f));
+  p = V::fused(p, r, V::set1(0.5f));
+  p = V::fused(p, r, V::set1(1.0f));
+  p = V::fused(p, r, V::set1(1.0f));
+  return V::mul(p, V::shl23(t));
+}
+
+// x[0..n) <- softmax(x): the max (exact in any order), e_i = vexp(x_i - max) eight at a time
+// (a tail of fewer than eight through a padded vector: the same lane operations), the sum as
+// 8-lane partial sums, hsum, then the tail in index order, and x_i * (1 / sum). The sequence
+// depends only on n: the same bits on every instruction set and however the caller splits work.
+template <class V>
+void softmax_q8(float* x, int n) {
+  float mx = x[0];
+  for (int i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  const V vm = V::set1(mx);
+  const int n8 = n & ~7;
+  V acc = V::zero();
+  for (int i = 0; i < n8; i += 8) {
+    const V e = vexp(V::sub(V::load(x + i), vm));
+    e.store(x + i);
+    acc = V::add(acc, e);
+  }
+  float sum = acc.hsum();
+  if (n8 < n) {
+    float tail[8];
+    for (int i = 0; i < 8; ++i) tail[i] = n8 + i < n ? x[n8 + i] : mx;
+    vexp(V::sub(V::load(tail), vm)).store(tail);
+    for (int i = n8; i < n; ++i) {
+      x[i] = tail[i - n8];
+      sum = sum + x[i];
+    }
+  }
+  const float inv = 1.0f / sum;
+  const V vinv = V::set1(inv);
+  for (int i = 0; i < n8; i += 8) V::mul(V::load(x + i), vinv).store(x + i);
+  for (int i = n8; i < n; ++i) x[i] = x[i] * inv;
+}
+
+// out_i = g_i / (1 + vexp(-g_i)) * u_i, element-wise (a tail through a padded vector): the same
+// bits on every instruction set and for any split of the elements.
+template <class V>
+void silu_mul_q8(const float* g, const float* u, float* out, int n) {
+  const V one = V::set1(1.0f);
+  const auto f = [&](V gv, V uv) { return V::mul(V::div(gv, V::add(one, vexp(V::sub(V::zero(), gv)))), uv); };
+  const int n8 = n & ~7;
+  for (int i = 0; i < n8; i += 8) f(V::load(g + i), V::load(u + i)).store(out + i);
+  if (n8 < n) {
+    float tg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tu[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int i = n8; i < n; ++i) {
+      tg[i - n8] = g[i];
+      tu[i - n8] = u[i];
+    }
+    f(V::load(tg), V::load(tu)).store(tg);
+    for (int i = n8; i < n; ++i) out[i] = tg[i - n8];
+  }
+}
+
 }  // namespace impl
 }  // namespace cpu
 }  // namespace phasekv

