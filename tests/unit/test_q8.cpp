@@ -458,9 +458,11 @@ TEST_CASE("q8 mode on tiny.gguf: deterministic across chunking and threads, clos
 }
 
 // (Named for the qemu exclusion of the heavy compressed-memory tests: tens of contexts.)
-TEST_CASE("compressed memories: q8 mode on every memory kind keeps F32 weights exact and is deterministic") {
-  // Every compressed memory, gate and payload kind (F32 weights: q8 leaves them on the f32 path,
-  // so the results must equal the reference mode exactly).
+TEST_CASE("compressed memories: q8 mode on every memory kind keeps F32 weights on the f32 path and is deterministic") {
+  // Every compressed memory, gate and payload kind (F32 weights: q8 leaves their matmuls on the
+  // f32 path, so the results differ from the reference mode only by the q8 mode's exp in
+  // softmax and SiLU -- within 1e-6 relative of exp per call, measured 2.7e-7 .. 4.4e-7 rel L2
+  // at the logits; a matmul taken by the q8 kernels would move them by ~1e-2).
   const nlohmann::json j = load_json_file(data_dir() + "/compressed/cases.json");
   int checked = 0;
   for (const auto& c : j["cases"]) {
@@ -476,7 +478,9 @@ TEST_CASE("compressed memories: q8 mode on every memory kind keeps F32 weights e
     std::remove(pkv.c_str());
     const std::vector<int32_t> ids =
         load_json_file(data_dir() + "/compressed/" + c["ids"].get<std::string>()).get<std::vector<int32_t>>();
-    CHECK(check_q8_model(*m, ids).second == 0.0);
+    const double worst = check_q8_model(*m, ids).second;
+    CHECK(worst > 0.0);  // the q8 mode's exp really ran
+    CHECK(worst <= 1e-5);
     ++checked;
   }
   CHECK(checked > 0);
