@@ -149,7 +149,7 @@ void matmul_rows(const MatmulArgs& a, int row_begin, int row_end, float* scratch
 // ---- the q8 mode's exp, softmax and SiLU (KernelTable::softmax_q8, silu_mul_q8) ----
 // exp(x) in eight lanes, a fixed sequence of IEEE operations (V::fused, add, sub, mul, max,
 // min, a shift), so every instruction set gives the same bits; within a few ulp of exp for x
-// in [-87.33, 88] (tests/unit/test_kernels.cpp), x clamped to that range (exp(-87.33) is
+// in [-87.33, 88] (tests/unit/test_q8.cpp: 1e-6 relative of exp in double), x clamped to that range (exp(-87.33) is
 // ~2^-126, the smallest normal float; the softmax's x - max <= 0, SiLU's -g of any sign).
 //   n = round(x log2 e) by the magic-number add: t = x log2 e + (1.5 * 2^23 + 127) rounds to an
 //   integer, so t's low mantissa bits hold n + 127 (1..254 after the clamp) and t - magic = n
