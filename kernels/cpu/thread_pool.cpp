@@ -33,6 +33,10 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
   pthread_sigmask(SIG_BLOCK, &all, &old);
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back(&ThreadPool::worker, this, i);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  // Return once every worker runs: the threads' start-up (stack, TLS, a sanitizer's per-thread
+  // state) is then part of creating the context -- its memory in the RSS a caller measures
+  // right after, its time out of the first op.
+  while (started_.load(std::memory_order_acquire) < n_threads_ - 1) std::this_thread::yield();
 }
 
 ThreadPool::~ThreadPool() {
@@ -54,6 +58,7 @@ void ThreadPool::work(int thread) {
 }
 
 void ThreadPool::worker(int index) {
+  started_.fetch_add(1, std::memory_order_release);
   unsigned seen = 0;
   for (;;) {
     unsigned gen = generation_.load(std::memory_order_acquire);

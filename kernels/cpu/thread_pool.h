@@ -22,6 +22,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // Workers that have started running: size() - 1 from the moment the constructor returns.
+  int workers_started() const { return started_.load(std::memory_order_acquire); }
   // Runs fn(ctx, task, thread) for every task in [0, n_tasks); returns when all are done.
   void run(int n_tasks, TaskFn fn, void* ctx);
 
@@ -38,6 +40,7 @@ class ThreadPool {
   std::atomic<int> done_{0};
   std::atomic<unsigned> generation_{0};
   std::atomic<int> sleeping_{0};
+  std::atomic<int> started_{0};  // workers that have entered worker(): the constructor waits for all
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;

@@ -98,12 +98,17 @@ def run_checks(a):
         m = j["memory"]
         check(j["depth"] == 40 and j["n_ctx"] == 44 and j["decode_tok_s"]["mean"] > 0, "bench depth JSON: " + out)
         # Every page is touched at creation: the RSS growth is the arena (give or take 1 MiB of
-        # allocator bookkeeping and page rounding; under AddressSanitizer also the shadow of the
-        # touched arena, one byte per eight: measured 4.50 MB for a 3.41 MB plan).
+        # allocator bookkeeping and page rounding). Under AddressSanitizer the growth also holds
+        # the shadow of the touched arena (one byte per eight) and the sanitizer's own state for
+        # the pool's worker thread, which starts asynchronously, so how much of it the reading
+        # catches varies: 4.50 MB and 5.20 MB measured for the same 3.41 MB plan. There the upper
+        # bound gets 3 MiB more; the lower bound (the arena's pages are resident) is the same.
         check(m["context_bytes_allocated"] == m["context_bytes_planned"], "allocated == planned")
-        tol = (1 << 20) + (m["context_bytes_planned"] // 8 if a.sanitized else 0)
-        check(abs(m["context_rss_bytes_measured"] - m["context_bytes_planned"]) < tol,
-              "measured RSS growth %d vs planned %d" % (m["context_rss_bytes_measured"], m["context_bytes_planned"]))
+        grown, planned = m["context_rss_bytes_measured"], m["context_bytes_planned"]
+        over = (1 << 20) + (planned // 8 + (3 << 20) if a.sanitized else 0)
+        check(planned - (1 << 20) < grown < planned + over,
+              "measured RSS growth %d vs planned %d (allowed %d to %d)" % (grown, planned, planned - (1 << 20),
+                                                                             planned + over))
     rc, _, err = run(["run", "-m", smol, "-p", "x", "-c", "2048", "--budget", "1MiB"])
     check(rc == 2 and "over its memory budget" in err and "context arena (total)" in err,
           "run over its memory budget: " + err)

@@ -59,6 +59,18 @@ TEST_CASE("thread pool: every task runs once per op, with 1 to 4 threads, spinni
   }
 }
 
+TEST_CASE("thread pool: the constructor returns with every worker running") {
+  // Context creation measures its memory right after the pool is built (bench's RSS check):
+  // a worker still starting would add its stack and per-thread state later, at random.
+  for (int round = 0; round < 20; ++round) {
+    for (int n : {1, 2, 4, 8}) {
+      CAPTURE(n);
+      ThreadPool pool(n);
+      CHECK(pool.workers_started() == n - 1);
+    }
+  }
+}
+
 TEST_CASE("thread pool: destroyed while its workers spin, and while they sleep") {
   for (int sleep_ms : {0, 30}) {
     ThreadPool pool(3);
