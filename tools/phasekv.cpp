@@ -141,7 +141,9 @@ Status flush_stdout() {
 void add_backend_options(CLI::App* cmd, BackendOptions* o, const char* kernels_default) {
   cmd->add_option("--kernels", o->kernels,
                   std::string("CPU kernels: q8 (8-bit activations, integer dot products) or reference (f32), "
-                              "optionally :ISA (avx2, avx512vnni, neon, portable), e.g. q8:avx2 (default: "
+                              "optionally :ISA (avx2: the best x86 set, with VNNI where present; avx2-maddubs: AVX2 "
+                              "only; avx512vnni, neon, neon-dotprod, neon-nodotprod, portable), e.g. "
+                              "q8:avx2-maddubs (default: "
                               "$PHASEKV_KERNELS, else ") +
                       kernels_default + ")");
   cmd->add_option("--backend", o->backend,
