@@ -11,7 +11,9 @@ Models (same size, data and steps within a size):
   full          full attention in every layer
   w8s8 w8s4 w4s4  every layer compressed, learned scalar gates (per-offset maps and biases), L = 16
   w8s8-uniform  every layer compressed, uniform (mean-pooling) gates
-Deterministic on the CPU for a fixed seed (numpy data and initialisation, XLA CPU kernels).
+Deterministic on the CPU for a fixed seed (numpy data and initialisation, XLA CPU kernels) on
+one kind of host; XLA compiles for the host's instruction set, so another CPU (or
+--xla_cpu_max_isa) trains a different model from the same seed.
 --offset-heads (layer 0's two fixed-offset heads, tools/train/offset_heads.py) and --dense P
 (a share of dense-recall sequences) are what make the models learn the "key = value" retrieval
 within a few thousand steps (docs/VALIDATION.md); train.sh's micro6 grid uses both.
