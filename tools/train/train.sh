@@ -23,7 +23,8 @@
 #   TRAIN_SAMPLES   self-test samples per stage and protocol (default 24 micro, 48 micro6 and small)
 #   TRAIN_MODELS    the models instead of the grid's, as NAME:SEED words (NAME a train.py --model:
 #                   full, w8s8, w8s4, w4s4, w8s8-uniform, ...), e.g. "w8s8:3 w8s8:4" for more seeds of micro6 (use a TRAIN_OUT of
-#                   their own: the causal check runs on the first model with learned gates)
+#                   their own: the causal check runs on the first learned-gate model the self-test flags, else
+#                   the first learned-gate model)
 #   TRAIN_JOBS      training runs at a time (default: nproc)
 # Needs the Python venv of scripts/install-deps.sh --python --train (numpy, gguf, jax, optax).
 set -euo pipefail
@@ -116,6 +117,23 @@ for m in $MODELS; do
   [ -f "$d.args.pending" ] && mv "$d.args.pending" "$d.args"
 done
 trap - INT TERM
+# causal_check NAME SEED: shift the model's per-offset gate parameters by K (3 for S > 4, else 1),
+# convert and run the self-test again (OUT/causal.txt names the model for summarize.py).
+causal_check() {
+  local d="$OUT/$1-s$2" kv=() spec S K T
+  while read -r spec; do [ -n "$spec" ] && kv+=(--kv "$spec"); done < "$d/kv.txt"
+  S=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["layers"][0]["S"])' "$d/train.json")
+  K=$(( S > 4 ? 3 : 1 ))
+  T=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["ctx"] // 2)' "$d/train.json")
+  "$PY" tools/train/shift_gates.py "$d/gates.safetensors" "$K" "$d/gates_shift$K.safetensors" >/dev/null
+  "$PKV" convert --from gguf "$d/model.gguf" "$d/model_shift$K.pkv" "${kv[@]}" --gates "$d/gates_shift$K.safetensors" \
+    --force >/dev/null
+  "$PKV" selftest -m "$d/model_shift$K.pkv" -c "$T" --records $((T / 8)) --samples "$SAMPLES" --period "$PERIOD" \
+    -t "$(nproc)" -q --json "$d/selftest_shift$K.json" > "$d/selftest_shift$K.txt" 2>&1 || true
+  echo "$1-s$2 $K" > "$OUT/causal.txt"
+  echo "   causal check on $1-s$2: gates shifted by $K -> $d/selftest_shift$K.json"
+}
+first_gated=""
 for m in $MODELS; do
   name=${m%%:*}
   seed=${m##*:}
@@ -139,20 +157,19 @@ for m in $MODELS; do
     "$PKV" inspect "$d/model.pkv" --gates "$d/calib.txt" --json > "$d/gates.json"
     "$PY" -c 'import json,sys; g=json.load(open(sys.argv[1])); print("   gates predict weak residues:", g["predicted_weak"] or "none")' "$d/gates.json"
   fi
-  # The causal check on the first model with learned per-offset gates: shift them by K offsets
-  # and test again; the weak residue should move by K.
+  # The causal check on the first learned-gate model the self-test flagged (none flagged: the first
+  # learned-gate model): shift its gates by K offsets and test again; the weak residue should move by K.
   if [ -f "$d/gates.safetensors" ] && [ ! -f "$OUT/causal.txt" ]; then
-    S=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["layers"][0]["S"])' "$d/train.json")
-    K=$(( S > 4 ? 3 : 1 ))
-    "$PY" tools/train/shift_gates.py "$d/gates.safetensors" "$K" "$d/gates_shift$K.safetensors" >/dev/null
-    "$PKV" convert --from gguf "$d/model.gguf" "$d/model_shift$K.pkv" "${kv[@]}" --gates "$d/gates_shift$K.safetensors" \
-      --force >/dev/null
-    "$PKV" selftest -m "$d/model_shift$K.pkv" -c "$T" --records $((T / 8)) --samples "$SAMPLES" --period "$PERIOD" \
-      -t "$(nproc)" -q --json "$d/selftest_shift$K.json" > "$d/selftest_shift$K.txt" 2>&1 || true
-    echo "$name-s$seed $K" > "$OUT/causal.txt"
-    echo "   causal check: gates shifted by $K -> $d/selftest_shift$K.json"
+    [ -n "$first_gated" ] || first_gated="$name $seed"
+    if "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if any(p.get("flagged") for p in s["protocols"].values()) else 1)' \
+      "$d/selftest.json" 2>/dev/null; then
+      causal_check "$name" "$seed"
+    fi
   fi
 done
+if [ ! -f "$OUT/causal.txt" ] && [ -n "$first_gated" ]; then
+  causal_check $first_gated
+fi
 echo "== grid $GRID: $(( $(date +%s) - start )) s"
 args=("$OUT" --grid "$GRID")
 [ "$CHECK" = 1 ] && args+=(--check)
