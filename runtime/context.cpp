@@ -60,8 +60,8 @@ Status Context::create(const Model& model, const ContextParams& params, std::uni
     if (spec && !cpu::parse_kernel_spec(spec, &mode, &table, &bad))
       return make_error(StatusCode::kInvalidArgument,
                         "%s = '%s': '%s' is not available on this CPU/build (modes: reference, q8; instruction "
-                        "sets: avx2, avx2-maddubs, avx512vnni, neon, neon-dotprod, neon-nodotprod, portable)",
-                        params.kernels ? "kernels" : "PHASEKV_KERNELS", spec, bad.c_str());
+                        "sets: %s)",
+                        params.kernels ? "kernels" : "PHASEKV_KERNELS", spec, bad.c_str(), cpu::kKernelSetNames);
   }
   if (params.snapshot_slots > 64)
     return make_error(StatusCode::kInvalidArgument, "snapshot_slots = %u must be at most 64", params.snapshot_slots);

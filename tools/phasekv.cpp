@@ -13,6 +13,7 @@
 #include <string>
 
 #include "commands.h"
+#include "cpu_kernels.h"
 #include "file_io.h"
 
 namespace phasekv {
@@ -141,10 +142,10 @@ Status flush_stdout() {
 void add_backend_options(CLI::App* cmd, BackendOptions* o, const char* kernels_default) {
   cmd->add_option("--kernels", o->kernels,
                   std::string("CPU kernels: q8 (8-bit activations, integer dot products) or reference (f32), "
-                              "optionally :ISA (avx2: the best x86 set, with VNNI where present; avx2-maddubs: AVX2 "
-                              "only; avx512vnni, neon, neon-dotprod, neon-nodotprod, portable), e.g. "
-                              "q8:avx2-maddubs (default: "
-                              "$PHASEKV_KERNELS, else ") +
+                              "optionally :ISA (") +
+                      cpu::kKernelSetNames +
+                      "; avx2 is the best x86 set, with VNNI where present, avx2-maddubs AVX2 only), e.g. "
+                      "q8:avx2-maddubs (default: $PHASEKV_KERNELS, else " +
                       kernels_default + ")");
   cmd->add_option("--backend", o->backend,
                   "Where to compute: cpu, cuda, or auto (CUDA when a device is present, else the CPU)")

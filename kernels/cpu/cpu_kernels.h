@@ -97,6 +97,9 @@ const char* matmul_mode_name(MatmulMode m);  // "reference", "q8"
 // e.g. "q8", "avx2", "q8:portable". What the spec leaves out keeps *mode / *table as given.
 // false (with *bad set to the offending token) for an unknown or unavailable token.
 bool parse_kernel_spec(const char* spec, MatmulMode* mode, const KernelTable** table, std::string* bad);
+// Every instruction-set name parse_kernel_spec knows, for help and error texts (kernels_by_name
+// is the list's other half: add a name to both).
+inline constexpr const char* kKernelSetNames = "avx2, avx2-maddubs, avx512vnni, neon, neon-dotprod, neon-nodotprod, portable";
 
 // The table for this CPU (AVX2+FMA when the CPU has it, NEON on aarch64, else portable), or the
 // instruction set named in PHASEKV_KERNELS.
