@@ -34,16 +34,19 @@ mkdir -p "$B/obj"
 fail=0
 : > "$OUT/summary.txt"
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
-step() {  # step NAME LOGFILE CMD...: runs CMD, appends its last lines and status to the summary
+# step NAME LOGFILE CMD...: runs CMD under a time limit (STEP_LIMIT seconds, default 240: a hung
+# kernel must not eat the whole run), appends its last lines and status to the summary.
+step() {
   local name=$1 file=$2; shift 2
   local t0; t0=$(date +%s)
-  "$@" > "$OUT/$file.tmp" 2>&1
+  if [ "$(type -t "$1")" = function ]; then "$@"; else timeout -k 5 "${STEP_LIMIT:-240}" "$@"; fi > "$OUT/$file.tmp" 2>&1
   local rc=$?
   cat "$OUT/$file.tmp" >> "$OUT/$file.txt"; rm -f "$OUT/$file.tmp"
   local verdict=FAIL
   [ $rc -eq 0 ] && verdict=ok
   # A skip is a failure on a GPU machine (the device was not seen); only a dry run may skip.
   [ $rc -eq 77 ] && [ "$DRY" = 1 ] && verdict=skipped
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "(killed after ${STEP_LIMIT:-240} s)" >> "$OUT/$file.txt"
   log "$name: $verdict (exit $rc, $(( $(date +%s) - t0 )) s)"
   tail -4 "$OUT/$file.txt" | sed 's/^/     /' | tee -a "$OUT/summary.txt"
   [ "$verdict" = FAIL ] && fail=1
@@ -59,7 +62,11 @@ ARCH="${PHASEKV_CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noh
 log "building for sm_$ARCH with $JOBS jobs"
 
 INC="-Imodel_format -Ikernels -Ikernels/cpu -Ikernels/cuda -Iruntime -Itools -I$KIT/include -I$KIT/generated"
-DEFS="-DPHASEKV_HAVE_CUDA=1 -DPHASEKV_HAVE_AVX2_KERNELS=1"
+# The version CMakeLists.txt gives the project (capi.cpp's pkv_version_string), by a forced
+# include: a quoted -D would not survive the xargs/sh -c below.
+VERSION=$(sed -n 's/^project([A-Za-z]* VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+printf '#define PHASEKV_VERSION_STRING "%s"\n' "${VERSION:-0}" > "$B/pkv_version.h"
+DEFS="-DPHASEKV_HAVE_CUDA=1 -DPHASEKV_HAVE_AVX2_KERNELS=1 -include $B/pkv_version.h"
 CXXFLAGS="-std=c++17 -O2 -ffp-contract=off -fPIC $DEFS $INC"
 NVFLAGS="-std=c++17 -O2 -Xcompiler=-ffp-contract=off -gencode arch=compute_$ARCH,code=sm_$ARCH $DEFS $INC"
 # The library's sources by glob, so this list cannot fall behind CMakeLists.txt: every
@@ -75,7 +82,7 @@ build() {
   {
     for f in $LIB_CXX; do echo "$CXX $CXXFLAGS -c $f -o $B/obj/$(echo "$f" | tr / _).o"; done
     echo "$CXX $CXXFLAGS -mavx2 -mfma -mf16c -c kernels/cpu/kernels_avx2.cpp -o $B/obj/kernels_avx2.o"
-    echo "$CXX $CXXFLAGS -mavx2 -mfma -mf16c -mavx512vnni -mavx512vl -c kernels/cpu/kernels_avx512vnni.cpp -o $B/obj/kernels_avx512vnni.o"
+    echo "$CXX $CXXFLAGS -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vnni -mavx512vl -c kernels/cpu/kernels_avx512vnni.cpp -o $B/obj/kernels_avx512vnni.o"
     for f in $LIB_CU; do echo "$NVCC $NVFLAGS -c $f -o $B/obj/$(echo "$f" | tr / _).o"; done
     for t in tests/backend/test_backend_ops.cpp tests/cuda/test_cuda_e2e.cpp tests/unit/test_cuda_dequant.cpp; do
       echo "$CXX $CXXFLAGS -I/usr/local/cuda/include -c $t -o $B/$(basename "$t" .cpp).o"
@@ -104,14 +111,14 @@ step "end to end: weights in mapped pinned host memory (the Jetson path)" e2e_ma
   "$B/phasekv_cuda_e2e" --cuda-weights mapped --gguf "$G" --no-selftest
 
 if command -v compute-sanitizer >/dev/null 2>&1 && [ "$DRY" != 1 ]; then
-  step "compute-sanitizer memcheck: op harness" sanitizer \
+  STEP_LIMIT=${SAN_LIMIT:-120} step "compute-sanitizer memcheck: op harness" sanitizer \
     compute-sanitizer --tool memcheck --error-exitcode 9 "$B/phasekv_backend_ops"
-  step "compute-sanitizer racecheck: op harness (attention, compress, rmsnorm, gold_score)" sanitizer \
+  STEP_LIMIT=${SAN_LIMIT:-120} step "compute-sanitizer racecheck: op harness (attention, compress, rmsnorm, gold_score)" sanitizer \
     sh -c "for f in 'attention full hd 64 group 3 tokens 7' 'compress scalar W8/S4 shared gate' 'compress rotate-entry W8/S4' 'rmsnorm dim 576 x 7' 'gold_score vocab 1000'; do compute-sanitizer --tool racecheck --error-exitcode 9 $B/phasekv_backend_ops --filter \"\$f\" || exit 9; done"
-  step "compute-sanitizer memcheck: 64-token decode" sanitizer \
+  STEP_LIMIT=${SAN_LIMIT:-120} step "compute-sanitizer memcheck: 64-token decode" sanitizer \
     compute-sanitizer --tool memcheck --error-exitcode 9 "$B/phasekv_cuda_e2e" --gguf "$G" \
       --kv "2-3:compressed:W=8,S=4,L=64,gate=uniform" --decode-only 64
-  step "compute-sanitizer racecheck: 64-token decode" sanitizer \
+  STEP_LIMIT=${SAN_LIMIT:-120} step "compute-sanitizer racecheck: 64-token decode" sanitizer \
     compute-sanitizer --tool racecheck --error-exitcode 9 "$B/phasekv_cuda_e2e" --gguf "$G" \
       --kv "2-3:compressed:W=8,S=4,L=64,gate=uniform" --decode-only 64
 else
