@@ -61,7 +61,8 @@ ARCH="${PHASEKV_CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noh
 [ -n "$ARCH" ] || ARCH=90
 log "building for sm_$ARCH with $JOBS jobs"
 
-INC="-Imodel_format -Ikernels -Ikernels/cpu -Ikernels/cuda -Iruntime -Itools -I$KIT/include -I$KIT/generated"
+CUDA_INC="$(cd "$(dirname "$(command -v "$NVCC")")/../include" 2>/dev/null && pwd)"
+INC="-I${CUDA_INC:-/usr/local/cuda/include} -Imodel_format -Ikernels -Ikernels/cpu -Ikernels/cuda -Iruntime -Itools -I$KIT/include -I$KIT/generated"
 # The version CMakeLists.txt gives the project (capi.cpp's pkv_version_string), by a forced
 # include: a quoted -D would not survive the xargs/sh -c below.
 VERSION=$(sed -n 's/^project([A-Za-z]* VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
