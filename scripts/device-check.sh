@@ -6,15 +6,17 @@
 #   1. builds, for that GPU's architecture only (nvidia-smi's compute capability; override with
 #      PHASEKV_CUDA_ARCH=87), the runtime with the CUDA backend and three test programs, with
 #      nvcc and the host compiler straight from the sources (16 jobs);
-#   2. test_backend_ops: every op x dtype x shape class on CUDA against the CPU backend;
-#   3. the dequantization op test (bit for bit) and its fatbin architecture check;
+#   2. test_backend_ops: every op x dtype (all thirteen) x shape class on CUDA against the CPU backend;
+#   3. the dequantization op test, every dtype bit for bit;
 #   4. end to end on the truncated SmolLM2 (4 blocks) with full KV, uniform W8/S4/L64 on layers
 #      2-3, value-selecting gates with offset 5 made weak on 2-3 (W8/S8/L16), one-hot planted
 #      K=V=5 on 2-3: logits at every position within 1e-3 relative L2 of the CPU backend, 32
 #      greedy tokens on five prompts, snapshots and slots, a short self-test (probe_digest and
 #      per-probe hits), zero CUDA allocations after creation; the same with weights in mapped
 #      pinned host memory (the integrated-GPU path) on the full-KV model;
-#   5. compute-sanitizer memcheck and racecheck on the op harness (a filtered subset for
+#   5. the prefill and decode times of both backends on the truncated model (informational:
+#      the kernels are the correctness-first ones);
+#   6. compute-sanitizer memcheck and racecheck on the op harness (a filtered subset for
 #      racecheck) and memcheck on a 64-token decode.
 # Results go to $OUT (default /tmp/phasekv-device): summary.txt and one log per step (<= 8 files).
 # Exit 0 when every check passed. PHASEKV_DEVICE_DRY_RUN=1 builds for sm_90 without a GPU and
@@ -110,6 +112,8 @@ E2E=(--gguf "$G"
 step "end to end: truncated SmolLM2, 4 memories, GPU vs CPU" e2e "$B/phasekv_cuda_e2e" "${E2E[@]}"
 step "end to end: weights in mapped pinned host memory (the Jetson path)" e2e_mapped \
   "$B/phasekv_cuda_e2e" --cuda-weights mapped --gguf "$G" --no-selftest
+step "timing: prefill 256 and decode 128 tokens, GPU and CPU (informational)" timing \
+  "$B/phasekv_cuda_e2e" --time --gguf "$G"
 
 if command -v compute-sanitizer >/dev/null 2>&1 && [ "$DRY" != 1 ]; then
   STEP_LIMIT=${SAN_LIMIT:-120} step "compute-sanitizer memcheck: op harness" sanitizer \

@@ -9,15 +9,31 @@
 #                 and the value-selecting gates for its planted weak-offset retrofit (layers 2-3)
 # and checks the truncated model on the CPU first: PhaseKV's CPU backend against the numpy
 # reference (tests/reference/llama_ref.py), greedy tokens identical.
-# Usage: scripts/make-device-kit.sh [BUILD_DIR]   (default build/host-cuda, else build/host-cpu)
+# Usage: scripts/make-device-kit.sh [BUILD_DIR] [--gguf SMOLLM2.gguf]
+#   BUILD_DIR: default build/host-cuda, else build/host-cpu
+#   --gguf: another SmolLM2-135M GGUF to cut instead of the default Q4_1, e.g. a Q4_K_M made with
+#           llama-quantize (its first 4 blocks hold Q5_0, Q8_0, Q6_K and Q4_K tensors). One model
+#           only: a second 4-block cut (~38 MiB, the Q8_0 embedding table) would not fit the 64 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIT=.device-kit
-B="${1:-}"
+B="" SRC=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --gguf) SRC="${2:?--gguf needs a file}"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) B="$1"; shift ;;
+  esac
+done
 if [ -z "$B" ]; then B=build/host-cuda; [ -x "$B/tools/phasekv" ] || B=build/host-cpu; fi
 [ -x "$B/tools/phasekv" ] || { echo "make-device-kit: build the tool first (no $B/tools/phasekv)" >&2; exit 1; }
 PY="${PHASEKV_PYTHON:-$HOME/.cache/phasekv/venv/bin/python}"
-MODEL=$(scripts/fetch-model.sh)
+if [ -n "$SRC" ]; then
+  [ -f "$SRC" ] || { echo "make-device-kit: --gguf $SRC: no such file" >&2; exit 1; }
+  MODEL="$SRC"
+else
+  MODEL=$(scripts/fetch-model.sh)
+fi
 rm -rf "$KIT"
 mkdir -p "$KIT/include" "$KIT/lib" "$KIT/generated" "$KIT/models"
 cp -r /usr/include/flatbuffers /usr/include/nlohmann "$KIT/include/"

@@ -67,7 +67,9 @@ PKV_HD float bf16_to_float(uint16_t b) { return bits_to_float(uint32_t(b) << 16)
 PKV_HD uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 
 // Element i of one row stored as `T` (GGUF block layouts; quantized rows are whole blocks).
-// Byte loads: GGUF blocks (18/20/34 bytes) are not 4-byte aligned.
+// Byte loads: GGUF blocks (18 to 34 bytes; K-quant super-blocks 84 to 210) are not 4-byte aligned.
+// Each element decodes its own (sub-)block scales: simple, and bit-identical to dequantize_row
+// (the same operations, each rounded once).
 template <DType T>
 PKV_HD float dequant_element(const uint8_t* row, int i) {
   if constexpr (T == DType::F32) {
@@ -86,13 +88,73 @@ PKV_HD float dequant_element(const uint8_t* row, int i) {
     const int j = i % 32;
     const uint8_t q = b[2 + (j & 15)];
     return mul_rn(half_to_float(load_u16(b)), float((j < 16 ? (q & 0x0f) : (q >> 4)) - 8));
-  } else {
-    static_assert(T == DType::Q4_1, "dequant_element: a dtype without a decoder");
+  } else if constexpr (T == DType::Q4_1) {
     const uint8_t* b = row + (i / 32) * 20;
     const int j = i % 32;
     const uint8_t q = b[4 + (j & 15)];
     return add_rn(mul_rn(half_to_float(load_u16(b)), float(j < 16 ? (q & 0x0f) : (q >> 4))),
                   half_to_float(load_u16(b + 2)));
+  } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
+    // d (, m), qh (u32, bit j: element j's fifth bit), qs (nibbles as Q4_*).
+    constexpr bool kMin = T == DType::Q5_1;
+    const uint8_t* b = row + (i / 32) * (kMin ? 24 : 22);
+    const uint8_t* qh = b + (kMin ? 4 : 2);
+    const int j = i % 32;
+    const uint8_t nib = qh[4 + (j & 15)];
+    const int q = (j < 16 ? (nib & 0x0f) : (nib >> 4)) | ((qh[j / 8] >> (j % 8)) & 1) << 4;
+    const float d = half_to_float(load_u16(b));
+    if constexpr (kMin) return add_rn(mul_rn(d, float(q)), half_to_float(load_u16(b + 2)));
+    else return mul_rn(d, float(q - 16));
+  } else if constexpr (T == DType::Q2_K) {
+    // scales[16] | qs[64] | d | dmin. Element 128h + 32s + l: bits 2s..2s+1 of qs[32h + l].
+    const uint8_t* b = row + (i / 256) * 84;
+    const int e = i % 256, h = e / 128, s = (e / 32) % 4, l = e % 32;
+    const uint8_t sc = b[e / 16];
+    const float dl = mul_rn(half_to_float(load_u16(b + 80)), float(sc & 0x0f));
+    const float ml = mul_rn(half_to_float(load_u16(b + 82)), float(sc >> 4));
+    return sub_rn(mul_rn(dl, float((b[16 + 32 * h + l] >> (2 * s)) & 3)), ml);
+  } else if constexpr (T == DType::Q3_K) {
+    // hmask[32] | qs[64] | scales[12] | d. Six-bit scales offset by 32; the high bit of each
+    // 3-bit quant is bit e / 32 of hmask[l], and a clear bit subtracts 4.
+    const uint8_t* b = row + (i / 256) * 110;
+    const int e = i % 256, h = e / 128, s = (e / 32) % 4, l = e % 32, k = e / 16;
+    const uint8_t* sc = b + 96;
+    const int lo = (sc[k % 8] >> (4 * (k / 8))) & 0x0f;
+    const int hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 3;
+    const float dl = mul_rn(half_to_float(load_u16(b + 108)), float((lo | hi << 4) - 32));
+    const int q = ((b[32 + 32 * h + l] >> (2 * s)) & 3) - (((b[l] >> (e / 32)) & 1) ? 0 : 4);
+    return mul_rn(dl, float(q));
+  } else if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
+    // d | dmin | scales[12] | (Q5_K: qh[32] |) qs[128]. Sub-block j = e / 32 of 8, six-bit scale
+    // and minimum; element 64g + 32i + l is nibble i of qs[32g + l] (+ bit j of qh[l] << 4).
+    constexpr bool kFive = T == DType::Q5_K;
+    const uint8_t* b = row + (i / 256) * (kFive ? 176 : 144);
+    const int e = i % 256, j = e / 32, l = e % 32;
+    const uint8_t* sc = b + 4;
+    int s, m;
+    if (j < 4) {
+      s = sc[j] & 63;
+      m = sc[j + 4] & 63;
+    } else {
+      s = (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4);
+      m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+    const float d1 = mul_rn(half_to_float(load_u16(b)), float(s));
+    const float m1 = mul_rn(half_to_float(load_u16(b + 2)), float(m));
+    const uint8_t* qs = b + (kFive ? 48 : 16);
+    int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0f;
+    if constexpr (kFive) q |= ((b[16 + l] >> j) & 1) << 4;
+    return sub_rn(mul_rn(d1, float(q)), m1);
+  } else {
+    static_assert(T == DType::Q6_K, "dequant_element: a dtype without a decoder");
+    // ql[128] | qh[64] | scales[16] (int8) | d. Element 128h + 32g + l: low 4 bits from
+    // ql[64h + 32(g % 2) + l] >> 4(g / 2), high 2 bits from qh[32h + l] >> 2g, minus 32.
+    const uint8_t* b = row + (i / 256) * 210;
+    const int e = i % 256, h = e / 128, g = (e / 32) % 4, l = e % 32;
+    const int lo = (b[64 * h + 32 * (g % 2) + l] >> (4 * (g / 2))) & 0x0f;
+    const int hi = (b[128 + 32 * h + l] >> (2 * g)) & 3;
+    const float dl = mul_rn(half_to_float(load_u16(b + 208)), float(int8_t(b[192 + e / 16])));
+    return mul_rn(dl, float((lo | hi << 4) - 32));
   }
 }
 
@@ -156,5 +218,12 @@ struct MaxOp {
     case ::phasekv::DType::Q8_0: { constexpr ::phasekv::DType T = ::phasekv::DType::Q8_0; __VA_ARGS__; } break; \
     case ::phasekv::DType::Q4_0: { constexpr ::phasekv::DType T = ::phasekv::DType::Q4_0; __VA_ARGS__; } break; \
     case ::phasekv::DType::Q4_1: { constexpr ::phasekv::DType T = ::phasekv::DType::Q4_1; __VA_ARGS__; } break; \
+    case ::phasekv::DType::Q5_0: { constexpr ::phasekv::DType T = ::phasekv::DType::Q5_0; __VA_ARGS__; } break; \
+    case ::phasekv::DType::Q5_1: { constexpr ::phasekv::DType T = ::phasekv::DType::Q5_1; __VA_ARGS__; } break; \
+    case ::phasekv::DType::Q2_K: { constexpr ::phasekv::DType T = ::phasekv::DType::Q2_K; __VA_ARGS__; } break; \
+    case ::phasekv::DType::Q3_K: { constexpr ::phasekv::DType T = ::phasekv::DType::Q3_K; __VA_ARGS__; } break; \
+    case ::phasekv::DType::Q4_K: { constexpr ::phasekv::DType T = ::phasekv::DType::Q4_K; __VA_ARGS__; } break; \
+    case ::phasekv::DType::Q5_K: { constexpr ::phasekv::DType T = ::phasekv::DType::Q5_K; __VA_ARGS__; } break; \
+    case ::phasekv::DType::Q6_K: { constexpr ::phasekv::DType T = ::phasekv::DType::Q6_K; __VA_ARGS__; } break; \
     default: return false;                                   \
   }

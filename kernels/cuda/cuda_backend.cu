@@ -59,9 +59,8 @@ CudaBackend::~CudaBackend() {
 bool CudaBackend::supports(BackendOp op, DType t) const {
   switch (op) {
     case BackendOp::Embed:
-    case BackendOp::Matmul:  // the six dtypes with CUDA decoders (common.cuh dequant_element); not yet Q5_*, K-quants
-      return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_0 ||
-             t == DType::Q4_1;
+    case BackendOp::Matmul:  // every dtype: common.cuh's dequant_element decodes all thirteen
+      return uint8_t(t) < kDTypeCount;
     case BackendOp::RmsNorm:
     case BackendOp::Rope:
     case BackendOp::Attention:

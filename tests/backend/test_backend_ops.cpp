@@ -135,14 +135,19 @@ std::vector<uint8_t> random_weights(Ctx& c, DType t, int rows, int cols, size_t*
         }
         break;
       default: {
+        // Random quants, f16 scale fields set to small finite values (d, and dmin / m where the
+        // type has one; dtype_scale_fields). K-quant sub-block scales multiply d by up to 63
+        // (Q6_K: 127), so their d is smaller, keeping weights O(1).
         for (size_t b = 0; b < *row_bytes; ++b) row[b] = uint8_t(byte(c.rng));
-        for (int k = 0; k < cols / 32; ++k) {
+        const ScaleFields f = dtype_scale_fields(t);
+        const bool k_quant = info.block_elems == 256;
+        for (int k = 0; k < cols / int(info.block_elems); ++k) {
           uint8_t* blk = row + size_t(k) * info.block_bytes;
-          const uint16_t d = fp32_to_fp16(0.02f * (1.0f + float(k % 5)));
-          std::memcpy(blk, &d, 2);
-          if (t == DType::Q4_1) {
-            const uint16_t m = fp32_to_fp16(-0.1f);
-            std::memcpy(blk + 2, &m, 2);
+          const uint16_t d = fp32_to_fp16((k_quant ? 0.001f : 0.02f) * (1.0f + float(k % 5)));
+          std::memcpy(blk + f.d, &d, 2);
+          if (f.min >= 0) {
+            const uint16_t m = fp32_to_fp16(k_quant ? 0.002f : -0.1f);
+            std::memcpy(blk + f.min, &m, 2);
           }
         }
       }
@@ -151,14 +156,17 @@ std::vector<uint8_t> random_weights(Ctx& c, DType t, int rows, int cols, size_t*
   return w;
 }
 
-const DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
+const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                           DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+// Row length: 576 (SmolLM2's width) where the block size divides it, else 768 (K-quants: 256).
+int cols_for(DType t) { return dtype_info(t).block_elems == 256 ? 768 : 576; }
 
 void test_dequant_embed(Ctx& c) {
   for (DType t : kAllTypes) {
-    const std::string name = std::string("embed ") + dtype_name(t) + " 64 rows x 576, 7 tokens";
+    const int rows = 64, cols = cols_for(t), n = 7;
+    const std::string name = std::string("embed ") + dtype_name(t) + " 64 rows x " + std::to_string(cols) + ", 7 tokens";
     if (!selected(name)) continue;
     size_t rb = 0;
-    const int rows = 64, cols = 576, n = 7;
     std::vector<uint8_t> w = random_weights(c, t, rows, cols, &rb);
     std::vector<int32_t> tok = {0, 63, 5, 5, 17, 42, 1};
     WeightView hv{t, w.data(), rb, rows, cols};
@@ -176,8 +184,9 @@ void test_dequant_embed(Ctx& c) {
 void test_matmul(Ctx& c) {
   for (DType t : kAllTypes)
     for (int n : {1, 7, 256}) {
-      const int rows = 96, cols = 576;
-      const std::string name = std::string("matmul ") + dtype_name(t) + " [96 x 576] x " + std::to_string(n) +
+      const int rows = 96, cols = cols_for(t);
+      const std::string name = std::string("matmul ") + dtype_name(t) + " [96 x " + std::to_string(cols) + "] x " +
+                               std::to_string(n) +
                                " tokens, 3 matrices";
       if (!selected(name)) continue;
       size_t rb = 0;

@@ -32,7 +32,10 @@ def main():
         # up to the first special token.
         k = next((i for i, t in enumerate(greedy) if (tok.id_to_token(t) or "").startswith("<|")), len(greedy))
         want = tok.decode(greedy[:k], skip_special_tokens=False)
-        p = subprocess.run([a.phasekv, "run", "-m", a.pkv, "-p", text, "--greedy", "-n", str(k), "-t", "2"],
+        # The reference kernels (f32 activations, what the GPU is checked against): `run`'s default
+        # q8 mode may take the other side of a near-tie, as on a Q4_K_M cut's first prompt.
+        p = subprocess.run([a.phasekv, "run", "-m", a.pkv, "-p", text, "--greedy", "-n", str(k), "-t", "2",
+                            "--kernels", "reference"],
                            capture_output=True, text=True)
         got = p.stdout  # the prompt, then the continuation
         ok = p.returncode == 0 and got.rstrip("\n") == text + want

@@ -7,13 +7,16 @@
 //      slots, scoring and the self-test's probe loop — counted by interposing every CUDA runtime
 //      allocation entry point in this executable (the counter is proven first).
 // Usage: phasekv_cuda_e2e [--model M.pkv | --gguf G.gguf [--kv SPEC] [--gates F.safetensors]]...
-//                         [--bound 1e-3] [--decode-only N] [--no-selftest] [--cuda-weights auto|device|mapped]
+//                         [--bound 1e-3] [--decode-only N] [--no-selftest] [--time] [--cuda-weights auto|device|mapped]
+//   --time: instead of the checks, prefill and decode times on both backends (informational)
 //   (--gguf converts in-process to a temporary .pkv, so a GPU machine needs no phasekv tool)
 // Exit 0 all held, 1 something failed, 77 "skipped: no CUDA device".
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -50,6 +53,7 @@ namespace {
 
 int g_failed = 0;
 CudaWeights g_weights = CudaWeights::Auto;
+bool g_time = false;
 void check(bool ok, const char* what) {
   std::printf("%-4s %s\n", ok ? "ok" : "FAIL", what);
   if (!ok) ++g_failed;
@@ -106,6 +110,41 @@ bool create(const Model& m, BackendKind k, std::unique_ptr<Context>* out, uint32
   return s.ok();
 }
 
+// --time: prefill of 256 tokens (chunks of n_batch 64) and 128 decode steps of a fixed token
+// sequence, on each backend, median of 3 (the first pass warms up). Informational: prints, asserts
+// nothing but that the steps ran.
+void time_backends(const Model& model, Context& cpu, Context& gpu) {
+  std::vector<int32_t> one, ids;
+  (void)model.tokenizer().encode(kPrompts[1].text, true, &one);
+  while (ids.size() < 256) ids.insert(ids.end(), one.begin(), one.end());
+  ids.resize(256);
+  for (Context* c : {&gpu, &cpu}) {
+    std::vector<double> pre, dec;
+    bool ok = true;
+    for (int rep = 0; rep < 4 && ok; ++rep) {
+      c->reset();
+      auto t0 = std::chrono::steady_clock::now();
+      ok = c->prefill(ids.data(), ids.size()).ok();
+      auto t1 = std::chrono::steady_clock::now();
+      for (int i = 0; ok && i < 128; ++i) ok = c->decode(ids[size_t(i)]).ok();
+      auto t2 = std::chrono::steady_clock::now();
+      if (rep == 0) continue;
+      pre.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      dec.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    }
+    if (!ok) {
+      check(false, "timing run");
+      return;
+    }
+    std::sort(pre.begin(), pre.end());
+    std::sort(dec.begin(), dec.end());
+    std::printf("     time %s (%s): prefill 256 tokens %.1f ms (%.0f tok/s), decode 128 tokens %.1f ms (%.0f tok/s, "
+                "%.3f ms/token), median of 3\n",
+                c == &gpu ? "gpu" : "cpu", c->kernels_name(), pre[1], 256e3 / pre[1], dec[1], 128e3 / dec[1],
+                dec[1] / 128);
+  }
+}
+
 void run_model(const std::string& path, double bound, int decode_only, bool selftest) {
   std::unique_ptr<Model> model;
   Status s = Model::load(path, &model);
@@ -123,6 +162,10 @@ void run_model(const std::string& path, double bound, int decode_only, bool self
   std::printf("     gpu: %s, weights %s (%llu bytes)\n", gpu->kernels_name(), gpu->weights().mode(),
               (unsigned long long)gpu->weights().bytes());
   const size_t V = model->config().vocab_size;
+  if (g_time) {
+    time_backends(*model, *cpu, *gpu);
+    return;
+  }
   const long allocs0 = g_cuda_allocs.load();
   char line[512];
   if (decode_only > 0) {  // the sanitizers' run: a 64-token greedy decode
@@ -274,10 +317,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--bound") && more) bound = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--decode-only") && more) decode_only = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--no-selftest")) selftest = false;
+    else if (!std::strcmp(argv[i], "--time")) g_time = true;
     else if (!std::strcmp(argv[i], "--cuda-weights") && more && cuda_weights_from_name(argv[i + 1], &g_weights)) ++i;
     else {
       std::printf("usage: %s [--model M.pkv | --gguf G.gguf [--kv SPEC] [--gates F]]... [--bound 1e-3] "
-                  "[--decode-only N] [--no-selftest] [--cuda-weights auto|device|mapped]\n",
+                  "[--decode-only N] [--no-selftest] [--time] [--cuda-weights auto|device|mapped]\n",
                   argv[0]);
       return std::strcmp(argv[i], "--help") ? 2 : 0;
     }

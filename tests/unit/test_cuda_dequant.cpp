@@ -21,12 +21,16 @@ Status check_dtype(DType t, int64_t n, int* mismatches) {
   std::vector<uint8_t> host(bytes);
   std::mt19937 rng(uint32_t(t) + 1);
   for (auto& b : host) b = uint8_t(rng());
-  // Keep scales finite so that comparisons are meaningful.
-  if (t == DType::F16 || t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1) {
-    const size_t stride = info.block_bytes, halves = t == DType::Q4_1 ? 2 : 1;
-    for (size_t off = 0; off < bytes; off += stride)
-      for (size_t h = 0; h < (t == DType::F16 ? 1 : halves); ++h) host[off + 2 * h + 1] &= 0x3b;
-  }
+  // Keep scales finite so that comparisons are meaningful: clear the exponent's top bit of
+  // every f16 scale field (dtype_scale_fields: d, and dmin / m where the type has one).
+  if (t == DType::F16)
+    for (size_t i = 1; i < bytes; i += 2) host[i] &= 0x3b;
+  const ScaleFields f = dtype_scale_fields(t);
+  if (f.d >= 0)
+    for (size_t off = 0; off < bytes; off += info.block_bytes) {
+      host[off + size_t(f.d) + 1] &= 0x3b;
+      if (f.min >= 0) host[off + size_t(f.min) + 1] &= 0x3b;
+    }
   if (t == DType::F32)
     for (size_t i = 3; i < bytes; i += 4) host[i] &= 0x3f;
   if (t == DType::BF16)
@@ -57,10 +61,10 @@ int main() {
     return 77;
   }
   int failures = 0;
-  const DType all[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
-  for (DType t : all) {
+  for (uint8_t raw = 0; raw < kDTypeCount; ++raw) {
+    const DType t = static_cast<DType>(raw);
     int mism = 0;
-    Status s = check_dtype(t, 32 * 4097, &mism);
+    Status s = check_dtype(t, 256 * 513, &mism);  // a multiple of every block size
     if (!s.ok()) {
       std::printf("FAIL %s: %s\n", dtype_name(t), s.to_string().c_str());
       ++failures;
@@ -78,6 +82,6 @@ int main() {
     std::printf("FAIL: n = 33 accepted for Q4_1\n");
     ++failures;
   }
-  std::printf("%d passed, %d failed\n", 7 - failures, failures);
+  std::printf("%d passed, %d failed\n", int(kDTypeCount) + 1 - failures, failures);
   return failures ? 1 : 0;
 }

@@ -65,6 +65,33 @@ TEST_CASE("cuda math: dequant_element is bit-identical to dequantize_row for eve
   }
 }
 
+// Random blocks of `t` (n elements) with finite f16 scale fields (dtype_scale_fields: d, and
+// dmin / m where the type has one; the exponent's top bit cleared).
+static std::vector<uint8_t> random_blocks(std::mt19937& rng, DType t, int n) {
+  const DTypeInfo& info = dtype_info(t);
+  std::vector<uint8_t> raw(size_t(n) / info.block_elems * info.block_bytes);
+  for (uint8_t& b : raw) b = uint8_t(rng());
+  const ScaleFields f = dtype_scale_fields(t);
+  for (size_t at = 0; at < raw.size(); at += info.block_bytes) {
+    raw[at + size_t(f.d) + 1] &= 0xbf;
+    if (f.min >= 0) raw[at + size_t(f.min) + 1] &= 0xbf;
+  }
+  return raw;
+}
+
+TEST_CASE("cuda math: dequant_element is bit-identical to dequantize_row for Q5_0, Q5_1 and the K-quants") {
+  std::mt19937 rng(11);
+  for (int rep = 0; rep < 20; ++rep) {
+    check_row<DType::Q5_0>(random_blocks(rng, DType::Q5_0, 256), 256);
+    check_row<DType::Q5_1>(random_blocks(rng, DType::Q5_1, 256), 256);
+    check_row<DType::Q2_K>(random_blocks(rng, DType::Q2_K, 512), 512);
+    check_row<DType::Q3_K>(random_blocks(rng, DType::Q3_K, 512), 512);
+    check_row<DType::Q4_K>(random_blocks(rng, DType::Q4_K, 512), 512);
+    check_row<DType::Q5_K>(random_blocks(rng, DType::Q5_K, 512), 512);
+    check_row<DType::Q6_K>(random_blocks(rng, DType::Q6_K, 512), 512);
+  }
+}
+
 TEST_CASE("cuda math: rope_rotate rounds as cpu::rope_apply (both pair conventions)") {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
