@@ -9,11 +9,14 @@
 #                 and the value-selecting gates for its planted weak-offset retrofit (layers 2-3)
 # and checks the truncated model on the CPU first: PhaseKV's CPU backend against the numpy
 # reference (tests/reference/llama_ref.py), greedy tokens identical.
-# Usage: scripts/make-device-kit.sh [BUILD_DIR] [--gguf SMOLLM2.gguf]
+# Usage: scripts/make-device-kit.sh [BUILD_DIR] [--gguf SMOLLM2.gguf] [--out DIR]
 #   BUILD_DIR: default build/host-cuda, else build/host-cpu
 #   --gguf: another SmolLM2-135M GGUF to cut instead of the default Q4_1, e.g. a Q4_K_M made with
 #           llama-quantize (its first 4 blocks hold Q5_0, Q8_0, Q6_K and Q4_K tensors). One model
 #           only: a second 4-block cut (~38 MiB, the Q8_0 embedding table) would not fit the 64 MiB.
+#   --out:  the kit's directory (default .device-kit; .device-kit-* are git-ignored too), for a
+#           second kit beside the first: carry it instead and run device-check.sh with
+#           PHASEKV_DEVICE_KIT=DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIT=.device-kit
@@ -21,7 +24,8 @@ B="" SRC=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --gguf) SRC="${2:?--gguf needs a file}"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --out) KIT="${2:?--out needs a directory}"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) B="$1"; shift ;;
   esac
 done
