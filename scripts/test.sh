@@ -13,7 +13,10 @@
 #      nvcc, the CPU-only configuration (preset jetson-cross);
 #   4. builds the unit tests under ThreadSanitizer (preset tsan) and runs the threaded ones;
 #   5. builds the libFuzzer targets (preset fuzz, clang) and runs each for a short smoke
-#      (FUZZ_SECONDS, default 60) on a copy of its seed corpus.
+#      (FUZZ_SECONDS, default 60) on a copy of its seed corpus;
+#   with nvcc, also a dry run of scripts/device-check.sh (the GPU machine's own build, from the
+#   sources with nvcc and g++, for sm_90; its programs report "skipped"), on a device kit made
+#   by scripts/make-device-kit.sh in build/: so the script a lent GPU runs cannot rot unseen.
 # PHASEKV_SKIP_CROSS=1 / PHASEKV_SKIP_TSAN=1 / PHASEKV_SKIP_FUZZ=1 leave out steps 3 / 4 / 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +33,19 @@ if command -v nvcc >/dev/null 2>&1; then MAIN=host-cuda; else MAIN=host-cpu; fi
 echo "== build: $MAIN"
 cmake --preset "$MAIN" -DPHASEKV_TEST_MODEL="$MODEL" >/dev/null
 cmake --build --preset "$MAIN" -j "$JOBS"
+
+if [ "$MAIN" = host-cuda ]; then
+  echo "== device-check dry run (the GPU machine's build, sm_90)"
+  t1=$(date +%s)
+  bash scripts/make-device-kit.sh "build/$MAIN" --out build/device-kit > build/device-kit.log 2>&1 ||
+    { cat build/device-kit.log; echo "make-device-kit.sh failed" >&2; exit 1; }
+  rm -rf build/device-check
+  PHASEKV_DEVICE_DRY_RUN=1 PHASEKV_CUDA_ARCH=90 PHASEKV_DEVICE_KIT=build/device-kit \
+    PHASEKV_DEVICE_BUILD="$PWD/build/device-check" OUT="$PWD/build/device-check/out" JOBS="$JOBS" \
+    bash scripts/device-check.sh 2>&1 | grep '^==' ||
+    { cat build/device-check/out/build.txt 2>/dev/null | grep -m 20 error; echo "device-check dry run failed" >&2; exit 1; }
+  echo "== device-check dry run: $(( $(date +%s) - t1 )) s"
+fi
 
 echo "== build: asan (address + undefined)"
 cmake --preset asan -DPHASEKV_TEST_MODEL="$MODEL" >/dev/null
