@@ -20,7 +20,7 @@ struct ContextParams {
   uint32_t n_ctx = 2048;   // maximum tokens in the context (<= the model's max_positions)
   uint32_t n_batch = 256;  // prefill chunk: tokens evaluated per forward pass (>= 1; capped at n_ctx)
   int n_threads = 0;       // worker threads (>= 1); 0 is rejected (default_context_params() fills it)
-  // CPU kernels: a mode and/or an instruction set, ':'-separated ("q8", "reference", "avx2",
+  // CPU kernels: a mode and/or an instruction set, ':'-separated ("q8", "q8x2", "reference", "avx2",
   // "q8:portable"; cpu_kernels.h parse_kernel_spec). nullptr: $PHASEKV_KERNELS, else the
   // reference mode on the best instruction set. q8 = 8-bit activations with integer dot products.
   const char* kernels = nullptr;

@@ -9,7 +9,8 @@ namespace phasekv {
 
 CpuBackend::CpuBackend(int n_threads, const cpu::KernelTable* table, cpu::MatmulMode mode)
     : k_(table ? *table : cpu::kernels()), mode_(mode), pool_(n_threads) {
-  name_ = mode_ == cpu::MatmulMode::Q8 ? std::string("q8 ") + k_.q8_isa : std::string(k_.name);
+  name_ = mode_ == cpu::MatmulMode::Reference ? std::string(k_.name)
+                                              : std::string(cpu::matmul_mode_name(mode_)) + " " + k_.q8_isa;
 }
 
 const char* CpuBackend::kernels_name() const { return name_.c_str(); }
@@ -90,9 +91,11 @@ void CpuBackend::gold_score(const float* lg, int n, int32_t gold, ScoreResult* o
 }
 
 namespace {
-// The q8 mode's quantized activations: one BlockQ8x per 32 inputs of every token of a chunk.
+// The q8 modes' quantized activations: one block per 32 inputs of every token of a chunk, sized
+// for the larger BlockQ8x2 (q8x2) whatever the mode, so that the plan does not depend on it.
 size_t q8_bytes(const WorkspaceQuery& q) {
-  return ((size_t(q.max_tokens) * size_t(q.max_k / 32) * sizeof(cpu::BlockQ8x)) + 63) & ~size_t(63);
+  static_assert(sizeof(cpu::BlockQ8x2) >= sizeof(cpu::BlockQ8x), "the q8x2 block is the larger");
+  return ((size_t(q.max_tokens) * size_t(q.max_k / 32) * sizeof(cpu::BlockQ8x2)) + 63) & ~size_t(63);
 }
 }  // namespace
 
@@ -114,6 +117,7 @@ Status CpuBackend::bind_workspace(void* base, size_t bytes, const WorkspaceQuery
                      15) &
                     ~size_t(15);
   xq_ = reinterpret_cast<cpu::BlockQ8x*>(static_cast<uint8_t*>(base) + size_t(pool_.size()) * scratch_stride_ * sizeof(float));
+  xq2_ = reinterpret_cast<cpu::BlockQ8x2*>(xq_);  // the same bytes: one mode per backend
   xq_tokens_ = q.max_tokens;
   return Status::Ok();
 }
@@ -135,6 +139,7 @@ struct MatmulJob {
   cpu::MatmulArgs args[3];
   int rows[3];
   bool q8[3];     // this matrix through the q8 kernels
+  bool x2;        // ... the q8x2 ones
   int row_block;
   int blocks[3];  // row blocks per matrix
   float* scratch;
@@ -147,7 +152,7 @@ void matmul_task(void* ctx, int task, int thread) {
   while (task >= j.blocks[m]) task -= j.blocks[m++];
   const int r0 = task * j.row_block;
   const int r1 = std::min(j.rows[m], r0 + j.row_block);
-  if (j.q8[m]) j.k->matmul_q8_rows(j.args[m], r0, r1);
+  if (j.q8[m]) (j.x2 ? j.k->matmul_q8x2_rows : j.k->matmul_q8_rows)(j.args[m], r0, r1);
   else j.k->matmul_rows(j.args[m], r0, r1, j.scratch + size_t(thread) * j.scratch_stride);
 }
 
@@ -155,12 +160,16 @@ struct QuantizeJob {
   const cpu::KernelTable* k;
   const float* x;
   cpu::BlockQ8x* xq;
+  cpu::BlockQ8x2* xq2;  // q8x2 mode (else nullptr)
   int k_in;
 };
 
 void quantize_task(void* ctx, int t, int /*thread*/) {
   QuantizeJob& j = *static_cast<QuantizeJob*>(ctx);
-  j.k->quantize_q8(j.x + size_t(t) * j.k_in, j.xq + size_t(t) * (j.k_in / 32), j.k_in);
+  if (j.xq2)
+    j.k->quantize_q8x2(j.x + size_t(t) * j.k_in, j.xq2 + size_t(t) * (j.k_in / 32), j.k_in);
+  else
+    j.k->quantize_q8(j.x + size_t(t) * j.k_in, j.xq + size_t(t) * (j.k_in / 32), j.k_in);
 }
 
 }  // namespace
@@ -170,6 +179,7 @@ void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const 
   j.k = &k_;
   j.scratch = scratch_;
   j.scratch_stride = scratch_stride_;
+  j.x2 = mode_ == cpu::MatmulMode::Q8X2;
   int total_rows = 0;
   for (int m = 0; m < n_mats; ++m) total_rows += w[m].rows;
   // Enough blocks to balance the threads; multiples of 4 rows (the kernel's row tile).
@@ -185,11 +195,11 @@ void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const 
   bool quantized = false;  // x quantized once for every matrix that shares it
   for (int m = 0; m < n_mats; ++m) {
     j.args[m] = cpu::MatmulArgs{w[m].dtype, w[m].data, w[m].row_bytes, x, y[m], w[m].cols, n, w[m].rows};
-    j.q8[m] = mode_ == cpu::MatmulMode::Q8 && cpu::q8_supported(w[m].dtype) && w[m].cols % 32 == 0 &&
+    j.q8[m] = mode_ != cpu::MatmulMode::Reference && cpu::q8_supported(w[m].dtype) && w[m].cols % 32 == 0 &&
               n <= xq_tokens_ && xq_;
     if (j.q8[m]) {
       if (!quantized) {
-        QuantizeJob qj{&k_, x, xq_, w[m].cols};
+        QuantizeJob qj{&k_, x, xq_, j.x2 ? xq2_ : nullptr, w[m].cols};
         if (n >= 8) {
           pool_.run(n, quantize_task, &qj);
         } else {
@@ -197,7 +207,10 @@ void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const 
         }
         quantized = true;
       }
-      j.args[m].xq = xq_;
+      if (j.x2)
+        j.args[m].xq2 = xq2_;
+      else
+        j.args[m].xq = xq_;
     }
     j.rows[m] = w[m].rows;
     j.blocks[m] = (w[m].rows + block - 1) / block;
@@ -402,7 +415,7 @@ void CpuBackend::attention(const AttentionArgs& a) {
   // same either way (see attention_task), so the split changes no bit.
   const int group = a.n_heads / a.n_kv_heads;
   const int splits = a.n_tokens * a.n_kv_heads < 2 * pool_.size() ? group : 1;
-  AttentionJob j{&k_, &a, scratch_, scratch_stride_, splits, mode_ == cpu::MatmulMode::Q8 ? k_.softmax_q8 : cpu::softmax};
+  AttentionJob j{&k_, &a, scratch_, scratch_stride_, splits, mode_ != cpu::MatmulMode::Reference ? k_.softmax_q8 : cpu::softmax};
   pool_.run(a.n_tokens * a.n_kv_heads * splits, attention_task, &j);
 }
 
@@ -441,7 +454,7 @@ void silu_task(void* ctx, int task, int /*thread*/) {
 // would otherwise wait ~8 us per layer for the caller); any split gives the same bits.
 void CpuBackend::silu_mul(const float* g, const float* u, float* out, size_t n) {
   constexpr size_t kMinChunk = 512;
-  const auto fn = mode_ == cpu::MatmulMode::Q8 ? k_.silu_mul_q8 : cpu::silu_mul;
+  const auto fn = mode_ != cpu::MatmulMode::Reference ? k_.silu_mul_q8 : cpu::silu_mul;
   const int tasks = int(std::min<size_t>(size_t(pool_.size()), n / kMinChunk));
   if (tasks <= 1) return fn(g, u, out, int(n));
   SiluJob j{fn, g, u, out, n, (n + size_t(tasks) - 1) / size_t(tasks)};

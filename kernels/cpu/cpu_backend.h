@@ -61,6 +61,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   float* scratch_ = nullptr;     // [n_threads, scratch_stride_]
   cpu::BlockQ8x* xq_ = nullptr;  // [max_tokens, max_k / 32] the q8 mode's quantized activations
+  cpu::BlockQ8x2* xq2_ = nullptr;  // the same bytes as the q8x2 mode's
   int xq_tokens_ = 0;
   size_t scratch_stride_ = 0;    // floats per thread: 4 * max_k (matmul) or n_ctx (scores)
   // The last position's rope tables (rope()): reused while the position and the frequencies'

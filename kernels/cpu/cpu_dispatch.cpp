@@ -69,7 +69,9 @@ const KernelTable* kernels_by_name(const char* name) {
   return nullptr;
 }
 
-const char* matmul_mode_name(MatmulMode m) { return m == MatmulMode::Q8 ? "q8" : "reference"; }
+const char* matmul_mode_name(MatmulMode m) {
+  return m == MatmulMode::Q8 ? "q8" : m == MatmulMode::Q8X2 ? "q8x2" : "reference";
+}
 
 bool parse_kernel_spec(const char* spec, MatmulMode* mode, const KernelTable** table, std::string* bad) {
   std::string s = spec ? spec : "";
@@ -79,6 +81,7 @@ bool parse_kernel_spec(const char* spec, MatmulMode* mode, const KernelTable** t
     const std::string tok = s.substr(at, end - at);
     if (tok == "reference") *mode = MatmulMode::Reference;
     else if (tok == "q8") *mode = MatmulMode::Q8;
+    else if (tok == "q8x2") *mode = MatmulMode::Q8X2;
     else if (const KernelTable* t = tok.empty() ? nullptr : kernels_by_name(tok.c_str())) *table = t;
     else {
       if (bad) *bad = tok;

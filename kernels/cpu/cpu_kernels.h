@@ -35,6 +35,22 @@ struct BlockQ8x {
 };
 static_assert(sizeof(BlockQ8x) == 44, "BlockQ8x is 44 bytes");
 
+// The q8x2 mode's block: the same 32 elements to 15 bits, carried as two int8 halves so that the
+// same 8-bit integer dot products serve. Per 16-element half h:
+//   d[h] = max|x_i| / 16256 (16256 = 127 * 128), Q_i = round-half-even(x_i * (1/d[h])) clamped to
+//   [-16256, 16256] (0 when d[h] = 0), q_i = floor((Q_i + 64) / 128) in [-127, 127] and
+//   r_i = Q_i - 128 q_i in [-64, 63]; s = d[0] * sum(Q_0..15) + d[1] * sum(Q_16..31).
+// A product sum over w is then 128 * sum(w q) + sum(w r) = sum(w Q), exact in int32 (and in f32
+// per 4-element lane: |lane| <= 4 * 128 * 16256 < 2^24). Rounding error |x - d Q| <= d / 2:
+// 128 times smaller than BlockQ8x's.
+struct BlockQ8x2 {
+  int8_t q[32];
+  float d[2];
+  float s;
+  int8_t r[32];
+};
+static_assert(sizeof(BlockQ8x2) == 76, "BlockQ8x2 is 76 bytes");
+
 // Y[t, r] = dot(W[r, :], X[t, :]) for rows r in [row_begin, row_end) and tokens t in [0, n_tok).
 struct MatmulArgs {
   DType wtype;          // dtype of W
@@ -46,6 +62,7 @@ struct MatmulArgs {
   int n_tok;
   int ldy;              // row stride of Y (>= n_rows)
   const BlockQ8x* xq = nullptr;  // q8 mode: X quantized, [n_tok, k / 32] blocks
+  const BlockQ8x2* xq2 = nullptr;  // q8x2 mode: the same with 15-bit activations
 };
 
 struct KernelTable {
@@ -71,6 +88,11 @@ struct KernelTable {
   // are exact and every float step is the same IEEE operation, so every instruction set
   // (AVX2 maddubs, AVX-512 VNNI, NEON sdot, portable C++) gives the same bits.
   void (*matmul_q8_rows)(const MatmulArgs& a, int row_begin, int row_end);
+  // The q8x2 mode: quantize_q8x2 writes BlockQ8x2 (identical on every instruction set), and
+  // matmul_q8x2_rows is matmul_q8_rows against a.xq2, each lane sum 128 * sum(w q) + sum(w r)
+  // (two 8-bit products per element pair: exact, so again the same bits on every instruction set).
+  void (*quantize_q8x2)(const float* x, BlockQ8x2* out, int k);
+  void (*matmul_q8x2_rows)(const MatmulArgs& a, int row_begin, int row_end);
   // The q8 mode's softmax and SiLU: an exp of fixed IEEE operations instead of std::exp (a few
   // ulp apart), the same bits on every instruction set (kernels_impl.h vexp); the reference mode
   // keeps softmax() / silu_mul() below.
@@ -88,11 +110,12 @@ inline bool q8_supported(DType t) {
 // How a quantized weight matrix meets its activations.
 enum class MatmulMode : uint8_t {
   Reference = 0,  // f32: weights dequantized to f32, f32 dot products (the reference path)
-  Q8 = 1,         // activations quantized to 8 bits per 32-block, integer dot products (Q4_0/Q4_1/Q8_0)
+  Q8 = 1,         // activations quantized to 8 bits per 16-element half-block, integer dot products
+  Q8X2 = 2,       // activations quantized to 15 bits (BlockQ8x2), two 8-bit integer products per element
 };
-const char* matmul_mode_name(MatmulMode m);  // "reference", "q8"
+const char* matmul_mode_name(MatmulMode m);  // "reference", "q8", "q8x2"
 
-// A kernel spec: tokens separated by ':' — a mode ("reference", "q8") and/or an instruction set
+// A kernel spec: tokens separated by ':' — a mode ("reference", "q8", "q8x2") and/or an instruction set
 // ("avx2", "avx2-maddubs", "avx512vnni", "neon", "neon-dotprod", "neon-nodotprod", "portable"),
 // e.g. "q8", "avx2", "q8:portable". What the spec leaves out keeps *mode / *table as given.
 // false (with *bad set to the offending token) for an unknown or unavailable token.

@@ -147,6 +147,8 @@ const KernelTable kAvx2Kernels = {
     impl::axpy_rows<Vec8Avx2>,
     q8::quantize_avx2,
     q8::matmul_rows<q8::Avx2>,
+    q8::quantize_x2_portable,
+    q8::matmul_rows<q8::Avx2X2>,
     impl::softmax_q8<Vec8Avx2>,
     impl::silu_mul_q8<Vec8Avx2>,
     "avx2",
@@ -154,6 +156,7 @@ const KernelTable kAvx2Kernels = {
 
 // The same table with AVX-512 VNNI's vpdpbusd for the q8 lanes (kernels_avx512vnni.cpp).
 void matmul_q8_rows_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
+void matmul_q8x2_rows_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
 extern const KernelTable kAvx2VnniKernels;
 const KernelTable kAvx2VnniKernels = {
     "avx2",
@@ -165,6 +168,8 @@ const KernelTable kAvx2VnniKernels = {
     impl::axpy_rows<Vec8Avx2>,
     q8::quantize_avx2,
     matmul_q8_rows_avx512vnni,
+    q8::quantize_x2_portable,
+    matmul_q8x2_rows_avx512vnni,
     impl::softmax_q8<Vec8Avx2>,
     impl::silu_mul_q8<Vec8Avx2>,
     "avx512vnni",

@@ -15,6 +15,10 @@ void matmul_q8_rows_avx512vnni(const MatmulArgs& a, int row_begin, int row_end) 
   q8::matmul_rows<q8::Avx512Vnni>(a, row_begin, row_end);
 }
 
+void matmul_q8x2_rows_avx512vnni(const MatmulArgs& a, int row_begin, int row_end) {
+  q8::matmul_rows<q8::Avx512VnniX2>(a, row_begin, row_end);
+}
+
 }  // namespace cpu
 }  // namespace phasekv
 #endif

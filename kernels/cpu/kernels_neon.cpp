@@ -18,6 +18,8 @@ const KernelTable kNeonKernels = {
     impl::axpy_rows<Vec8Neon>,
     q8::quantize_portable,
     q8::matmul_rows<q8::Portable>,  // a CPU without the dot-product extension
+    q8::quantize_x2_portable,
+    q8::matmul_rows<q8::PortableX2>,
     impl::softmax_q8<Vec8Neon>,
     impl::silu_mul_q8<Vec8Neon>,
     "portable",

@@ -13,7 +13,11 @@ namespace cpu {
 namespace q8 {
 namespace {
 
-struct NeonDotprod {
+// X2: the q8x2 mode (BlockQ8x2 activations: each lane sum 128 * sum(w q) + sum(w r)).
+template <bool X2>
+struct NeonDotprodT {
+  static constexpr bool kX2 = X2;
+  using XB = XBlock<X2>;
   static constexpr int kRows = 2, kTokens = 4;
   using W = int8x16x2_t;
   using L = int32x4x2_t;
@@ -29,7 +33,7 @@ struct NeonDotprod {
     std::memcpy(&h, p, 2);
     return float(h);
   }
-  static XS xscale(const BlockQ8x& x) { return XS{{vdupq_n_f32(x.d[0]), vdupq_n_f32(x.d[1])}}; }
+  static XS xscale(const XB& x) { return XS{{vdupq_n_f32(x.d[0]), vdupq_n_f32(x.d[1])}}; }
   template <DType T>
   static D load_scales(const uint8_t* blk, int j) {
     if constexpr (kquant<T>()) {
@@ -109,10 +113,14 @@ struct NeonDotprod {
     return w;
   }
   template <DType T>
-  static L lanes(const W& w, const int8_t* q) {
+  static L lanes(const W& w, const XB& x) {
     L l;
-    l.val[0] = vdotq_s32(vdupq_n_s32(0), w.val[0], vld1q_s8(q));       // lanes 0..3: elements 0..15
-    l.val[1] = vdotq_s32(vdupq_n_s32(0), w.val[1], vld1q_s8(q + 16));  // lanes 4..7: elements 16..31
+    l.val[0] = vdotq_s32(vdupq_n_s32(0), w.val[0], vld1q_s8(x.q));       // lanes 0..3: elements 0..15
+    l.val[1] = vdotq_s32(vdupq_n_s32(0), w.val[1], vld1q_s8(x.q + 16));  // lanes 4..7: elements 16..31
+    if constexpr (X2) {  // 128 sum(w q) + sum(w r), exact
+      l.val[0] = vdotq_s32(vshlq_n_s32(l.val[0], 7), w.val[0], vld1q_s8(x.r));
+      l.val[1] = vdotq_s32(vshlq_n_s32(l.val[1], 7), w.val[1], vld1q_s8(x.r + 16));
+    }
     return l;
   }
   static A zero() { return A{{vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}}; }
@@ -126,6 +134,8 @@ struct NeonDotprod {
     return (vgetq_lane_f32(s, 0) + vgetq_lane_f32(s, 2)) + (vgetq_lane_f32(s, 1) + vgetq_lane_f32(s, 3));
   }
 };
+using NeonDotprod = NeonDotprodT<false>;
+using NeonDotprodX2 = NeonDotprodT<true>;
 
 }  // namespace
 }  // namespace q8
@@ -141,6 +151,8 @@ const KernelTable kNeonDotprodKernels = {
     impl::axpy_rows<Vec8Neon>,
     q8::quantize_portable,
     q8::matmul_rows<q8::NeonDotprod>,
+    q8::quantize_x2_portable,
+    q8::matmul_rows<q8::NeonDotprodX2>,
     impl::softmax_q8<Vec8Neon>,
     impl::silu_mul_q8<Vec8Neon>,
     "neon-dotprod",

@@ -17,6 +17,8 @@ const KernelTable kPortableKernels = {
     impl::axpy_rows<Vec8Portable>,
     q8::quantize_portable,
     q8::matmul_rows<q8::Portable>,
+    q8::quantize_x2_portable,
+    q8::matmul_rows<q8::PortableX2>,
     impl::softmax_q8<Vec8Portable>,
     impl::silu_mul_q8<Vec8Portable>,
     "portable",

@@ -20,11 +20,15 @@ namespace q8 {
 namespace {
 
 #if defined(PKV_Q8_VNNI)
-#define PKV_Q8_AVX2_POLICY Avx512Vnni
+#define PKV_Q8_AVX2_POLICY_T Avx512VnniT
 #else
-#define PKV_Q8_AVX2_POLICY Avx2
+#define PKV_Q8_AVX2_POLICY_T Avx2T
 #endif
-struct PKV_Q8_AVX2_POLICY {
+// X2: the q8x2 mode (BlockQ8x2 activations: each lane sum 128 * sum(w q) + sum(w r)).
+template <bool X2>
+struct PKV_Q8_AVX2_POLICY_T {
+  static constexpr bool kX2 = X2;
+  using XB = XBlock<X2>;
   static constexpr int kRows = 2, kTokens = 4;
   using W = __m256i;
   using L = __m256i;
@@ -35,7 +39,7 @@ struct PKV_Q8_AVX2_POLICY {
   using M = __m128;   // Q4_1's minimum term, a lane per token
   // Two broadcast loads and a blend: no shuffle-port (port 5) instruction, which the decode
   // kernel's other conversions already keep busy.
-  static XS xscale(const BlockQ8x& x) {
+  static XS xscale(const XB& x) {
     return _mm256_blend_ps(_mm256_broadcast_ss(&x.d[0]), _mm256_broadcast_ss(&x.d[1]), 0xf0);
   }
   template <DType T>
@@ -127,11 +131,22 @@ struct PKV_Q8_AVX2_POLICY {
     }
   }
   template <DType T>
-  static L lanes(W w, const int8_t* q) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  static L lanes(W w, const XB& xb) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
     // Weights with a minimum are unsigned; signed ones (Q8_0, Q6_K) go through |w| * (x * sign(w)).
     const __m256i u = has_min<T>() ? w : _mm256_sign_epi8(w, w);
     const __m256i s = has_min<T>() ? x : _mm256_sign_epi8(x, w);
+    if constexpr (X2) {  // 128 sum(w q) + sum(w r): |lane| < 2^24, exact
+      const __m256i xr = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.r));
+      const __m256i sr = has_min<T>() ? xr : _mm256_sign_epi8(xr, w);
+#if defined(PKV_Q8_VNNI)
+      return _mm256_dpbusd_epi32(_mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s), 7), u, sr);
+#else
+      // A pair of products stays below 2^15 (|w| <= 128, |q| <= 127, |r| <= 64): no saturation.
+      return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(128)),
+                              _mm256_madd_epi16(_mm256_maddubs_epi16(u, sr), _mm256_set1_epi16(1)));
+#endif
+    }
 #if defined(PKV_Q8_VNNI)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
 #else
@@ -196,7 +211,7 @@ struct PKV_Q8_AVX2_POLICY {
     __m256 accm = _mm256_setzero_ps();
     const __m256i pick_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
     for (int b = 0; b < nb; ++b) {
-      const BlockQ8x& x = a.xq[b];
+      const XB& x = xq_of<X2>(a)[b];
       const __m256 xs = xscale(x);  // [d_x0 x4, d_x1 x4]
       __m256 sp;  // lanes r and r + 4: d_r * d_x0 and d_r * d_x1 (scale()'s products)
       if constexpr (!has_min<T>()) {  // Q8_0: the four rows' d only
@@ -211,7 +226,7 @@ struct PKV_Q8_AVX2_POLICY {
       PKV_UNROLL for (int r = 0; r < 4; ++r) {  // unrolled: acc[] stays in registers
         const uint8_t* blk = rows[r] + size_t(b) * kBytes;
         __builtin_prefetch(blk + PKV_Q8_PREFETCH);
-        acc[r] = fma(acc[r], _mm256_permutevar8x32_ps(sp, row_sel(r)), lanes<T>(load_w<T>(blk, 0), x.q));
+        acc[r] = fma(acc[r], _mm256_permutevar8x32_ps(sp, row_sel(r)), lanes<T>(load_w<T>(blk, 0), x));
       }
     }
     store4<T>(a.y + r0, acc, accm);
@@ -339,10 +354,10 @@ struct PKV_Q8_AVX2_POLICY {
       const __m128i b_lo = _mm_unpacklo_epi16(f2, f3), b_hi = _mm_unpackhi_epi16(f2, f3);
       const __m128i t[4] = {_mm_unpacklo_epi32(a_lo, b_lo), _mm_unpackhi_epi32(a_lo, b_lo), _mm_unpacklo_epi32(a_hi, b_hi),
                             _mm_unpackhi_epi32(a_hi, b_hi)};
-      const BlockQ8x* xb = a.xq + size_t(s) * 8;
+      const XB* xb = xq_of<X2>(a) + size_t(s) * 8;
       const auto sub = [&](auto jc) {
         constexpr int j = decltype(jc)::value;
-        const BlockQ8x& x = xb[j];
+        const XB& x = xb[j];
         const __m128i bytes = j & 1 ? _mm_srli_si128(t[j >> 1], 8) : t[j >> 1];
         __m256 hdr;
         if constexpr (T == DType::Q6_K) {
@@ -357,9 +372,9 @@ struct PKV_Q8_AVX2_POLICY {
           accm = _mm256_fmadd_ps(hdr, sx, accm);
         }
         __m256i x32;  // Q6_K: 32 times each lane's x sum
-        if constexpr (T == DType::Q6_K) x32 = lanes<DType::Q4_K>(_mm256_set1_epi8(32), x.q);
+        if constexpr (T == DType::Q6_K) x32 = lanes<DType::Q4_K>(_mm256_set1_epi8(32), x);
         PKV_UNROLL for (int r = 0; r < 4; ++r) {
-          __m256i l = lanes<DType::Q4_K>(kq_weights<T, j>(sb[r]), x.q);  // unsigned weights
+          __m256i l = lanes<DType::Q4_K>(kq_weights<T, j>(sb[r]), x);  // unsigned weights
           if constexpr (T == DType::Q6_K) l = _mm256_sub_epi32(l, x32);
           acc[r] = fma(acc[r], _mm256_permutevar8x32_ps(sp, row_sel(r)), l);
         }
@@ -377,8 +392,8 @@ struct PKV_Q8_AVX2_POLICY {
     static_assert(NT <= 8, "tile1_ymm: the minimum term keeps one lane per token, eight lanes");
     const int nb = a.k / 32;
     const uint8_t* row = static_cast<const uint8_t*>(a.w) + size_t(r) * a.w_row_bytes;
-    const BlockQ8x* xt[NT];
-    PKV_UNROLL for (int t = 0; t < NT; ++t) xt[t] = a.xq + size_t(t0 + t) * nb;
+    const XB* xt[NT];
+    PKV_UNROLL for (int t = 0; t < NT; ++t) xt[t] = xq_of<X2>(a) + size_t(t0 + t) * nb;
     __m256 acc[NT];
     PKV_UNROLL for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
@@ -389,8 +404,8 @@ struct PKV_Q8_AVX2_POLICY {
       if constexpr (has_min<T>())  // lane t: m_w * s_t + acc (fma_min's)
         accm = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)), _mm256_loadu_ps(sT + size_t(b) * 8), accm);
       PKV_UNROLL for (int t = 0; t < NT; ++t) {
-        const BlockQ8x& x = xt[t][b];
-        acc[t] = fma(acc[t], scale<T>(dm, xscale(x)), lanes<T>(w, x.q));
+        const XB& x = xt[t][b];
+        acc[t] = fma(acc[t], scale<T>(dm, xscale(x)), lanes<T>(w, x));
       }
     };
     if constexpr (kquant<T>()) {
@@ -432,7 +447,7 @@ struct PKV_Q8_AVX2_POLICY {
       if (n >= 4) {
         if constexpr (has_min<T>()) {
           for (int b = 0; b < nb; ++b)
-            PKV_UNROLL for (int t = 0; t < 8; ++t) sT[8 * b + t] = t < n ? a.xq[size_t(t0 + t) * nb + b].s : 0.0f;
+            PKV_UNROLL for (int t = 0; t < 8; ++t) sT[8 * b + t] = t < n ? xq_of<X2>(a)[size_t(t0 + t) * nb + b].s : 0.0f;
         }
         for (int r = row_begin; r < row_end; ++r) {
           if (n == 8)
@@ -443,11 +458,9 @@ struct PKV_Q8_AVX2_POLICY {
         t0 += n == 8 ? 8 : 4;
         continue;
       }
-      MatmulArgs one = a;  // one token: rows()'s decode path
-      one.xq = a.xq + size_t(t0) * nb;
-      one.y = a.y + size_t(t0) * a.ldy;
+      MatmulArgs one = from_token<X2>(a, t0);  // one token: rows()'s decode path
       one.n_tok = 1;
-      rows<PKV_Q8_AVX2_POLICY, T>(one, row_begin, row_end);
+      rows<PKV_Q8_AVX2_POLICY_T, T>(one, row_begin, row_end);
       ++t0;
     }
     return true;
@@ -548,7 +561,7 @@ struct PKV_Q8_AVX2_POLICY {
         }
       }
       PKV_UNROLL for (int t = 0; t < NT; ++t) {
-        const BlockQ8x& x = a.xq[size_t(t0 + t) * nb + b];
+        const XB& x = xq_of<X2>(a)[size_t(t0 + t) * nb + b];
         // lane r: d_r * d_x0, r + 4: d_r * d_x1 (scale()'s products)
         const __m256 sp = _mm256_mul_ps(T == DType::Q8_0 ? hdr : _mm256_permutevar8x32_ps(hdr, pick_d), xscale(x));
         if constexpr (T != DType::Q8_0) {  // lane 2r + 1: m_r * s + acc (fma_min1's)
@@ -556,9 +569,15 @@ struct PKV_Q8_AVX2_POLICY {
           accm[t] = _mm256_fmadd_ps(hdr, s, accm[t]);
         }
         const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
+        __m512i xr;  // q8x2: the low halves r
+        if constexpr (X2) xr = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.r)));
         PKV_UNROLL for (int p = 0; p < 2; ++p) {
           const __m512i xs = T == DType::Q8_0 ? _mm512_mask_sub_epi8(xq, neg[p], _mm512_setzero_si512(), xq) : xq;
-          const __m512i l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[p], xs);
+          __m512i l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[p], xs);
+          if constexpr (X2) {  // 128 sum(w q) + sum(w r)
+            const __m512i rs = T == DType::Q8_0 ? _mm512_mask_sub_epi8(xr, neg[p], _mm512_setzero_si512(), xr) : xr;
+            l = _mm512_dpbusd_epi32(_mm512_slli_epi32(l, 7), w[p], rs);
+          }
           acc[t][p] = _mm512_fmadd_ps(pair_scales(sp, p), _mm512_cvtepi32_ps(l), acc[t][p]);
         }
       }
@@ -640,17 +659,23 @@ struct PKV_Q8_AVX2_POLICY {
           }
         }
         PKV_UNROLL for (int t = 0; t < NT; ++t) {
-          const BlockQ8x& x = a.xq[size_t(t0 + t) * nb + 8 * size_t(s) + j];
+          const XB& x = xq_of<X2>(a)[size_t(t0 + t) * nb + 8 * size_t(s) + j];
           const __m256 sp = _mm256_mul_ps(_mm256_permutevar8x32_ps(hdr, pick), xscale(x));
           if constexpr (T != DType::Q6_K) {  // lane 2r + 1: dmin_r (-m_j) * s + acc (fma_min1's)
             const __m256 sx = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&x.s), 0xaa);
             accm[t] = _mm256_fmadd_ps(hdr, sx, accm[t]);
           }
           const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
+          __m512i xr;  // q8x2: the low halves r
+          if constexpr (X2) xr = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.r)));
           __m512i x32;  // Q6_K: 32 times the sum of each lane's four x (w = q - 32: sum q x - 32 sum x)
-          if constexpr (T == DType::Q6_K) x32 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), xq);
+          if constexpr (T == DType::Q6_K) {
+            x32 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), xq);
+            if constexpr (X2) x32 = _mm512_dpbusd_epi32(_mm512_slli_epi32(x32, 7), _mm512_set1_epi8(32), xr);
+          }
           PKV_UNROLL for (int p = 0; p < 2; ++p) {
             __m512i l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[p], xq);
+            if constexpr (X2) l = _mm512_dpbusd_epi32(_mm512_slli_epi32(l, 7), w[p], xr);
             if constexpr (T == DType::Q6_K) l = _mm512_sub_epi32(l, x32);
             acc[t][p] = _mm512_fmadd_ps(pair_scales(sp, p), _mm512_cvtepi32_ps(l), acc[t][p]);
           }
@@ -673,6 +698,13 @@ struct PKV_Q8_AVX2_POLICY {
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
   }
 };
+#if defined(PKV_Q8_VNNI)
+using Avx512Vnni = Avx512VnniT<false>;
+using Avx512VnniX2 = Avx512VnniT<true>;
+#else
+using Avx2 = Avx2T<false>;
+using Avx2X2 = Avx2T<true>;
+#endif
 
 // Equal bit for bit to quantize_portable: max of |x| (exact in any order), the same division
 // and reciprocal, x * id rounded half to even by cvtps (MXCSR's default), clamped.

@@ -64,6 +64,57 @@ inline void quantize_portable(const float* x, BlockQ8x* out, int k) {
   }
 }
 
+// The q8x2 quantizer every instruction set uses (BlockQ8x2 in cpu_kernels.h): Q = x / d to 15 bits,
+// split as Q = 128 q + r. (Activation quantization is under 1 % of a decode step: one scalar
+// version, compiled per instruction set, serves every table.)
+inline void quantize_x2_portable(const float* x, BlockQ8x2* out, int k) {
+  constexpr float kLevels = 16256.0f;  // 127 * 128
+  for (int b = 0; b < k / 32; ++b) {
+    int sum[2] = {0, 0};
+    for (int h = 0; h < 2; ++h) {
+      const float* xh = x + size_t(b) * 32 + 16 * h;
+      float amax = 0.0f;
+      for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(xh[i]));
+      const float d = amax / kLevels;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      for (int i = 0; i < 16; ++i) {
+        const float v = std::nearbyint(xh[i] * id);
+        const int Q = int(std::min(kLevels, std::max(-kLevels, v)));
+        const int q = (Q + 64 + 128 * 128) / 128 - 128;  // floor((Q + 64) / 128): a non-negative division
+        out[b].q[16 * h + i] = int8_t(q);
+        out[b].r[16 * h + i] = int8_t(Q - 128 * q);
+        sum[h] += Q;
+      }
+      out[b].d[h] = d;
+    }
+    out[b].s = out[b].d[0] * float(sum[0]) + out[b].d[1] * float(sum[1]);
+  }
+}
+
+// The activation block type of a policy (P::kX2: the q8x2 mode) and the matching pointer of a.
+template <bool X2>
+using XBlock = std::conditional_t<X2, BlockQ8x2, BlockQ8x>;
+template <bool X2>
+inline const XBlock<X2>* xq_of(const MatmulArgs& a) {
+  if constexpr (X2)
+    return a.xq2;
+  else
+    return a.xq;
+}
+// a restricted to tokens [t0, ..): its activations and outputs from token t0 on.
+template <bool X2>
+inline MatmulArgs from_token(const MatmulArgs& a, int t0) {
+  MatmulArgs one = a;
+  const int nb = a.k / 32;
+  if constexpr (X2)
+    one.xq2 = a.xq2 + size_t(t0) * nb;
+  else
+    one.xq = a.xq + size_t(t0) * nb;
+  one.y = a.y + size_t(t0) * a.ldy;
+  one.n_tok = a.n_tok - t0;
+  return one;
+}
+
 // Software prefetch distance (bytes ahead in each weight row). Decode streams ~92 MiB per token
 // through short rows (360-960 bytes) split into thread tasks; the hardware prefetcher alone
 // left the kernel waiting on memory (SmolLM2 decode, 2 threads: 88 tok/s without, 135-157 with
@@ -187,9 +238,9 @@ inline void tile(const MatmulArgs& a, int r0, int t0) {
   PKV_UNROLL for (int r = 0; r < NR; ++r) rows[r] = static_cast<const uint8_t*>(a.w) + size_t(r0 + r) * a.w_row_bytes;
   for (int b = 0; b < nb; ++b) {
     typename P::XS xs[NT];
-    const BlockQ8x* xb[4];
+    const typename P::XB* xb[4];
     PKV_UNROLL for (int t = 0; t < NT; ++t) {
-      xb[t] = a.xq + size_t(t0 + t) * nb + b;
+      xb[t] = xq_of<P::kX2>(a) + size_t(t0 + t) * nb + b;
       xs[t] = P::xscale(*xb[t]);
     }
     typename P::M s4 = P::mzero();
@@ -209,7 +260,7 @@ inline void tile(const MatmulArgs& a, int r0, int t0) {
       const typename P::D dm = P::template load_scales<T>(blk, j);  // d_w (and the minimum m_w)
       if constexpr (has_min<T>()) accm[r] = NT == 1 ? P::fma_min1(dm, s4, accm[r]) : P::fma_min(dm, s4, accm[r]);
       PKV_UNROLL for (int t = 0; t < NT; ++t)
-        acc[r][t] = P::fma(acc[r][t], P::template scale<T>(dm, xs[t]), P::template lanes<T>(w, xb[t]->q));
+        acc[r][t] = P::fma(acc[r][t], P::template scale<T>(dm, xs[t]), P::template lanes<T>(w, *xb[t]));
     }
   }
   PKV_UNROLL for (int r = 0; r < NR; ++r)
@@ -322,7 +373,11 @@ struct MinLanes {
 };
 
 // The portable policy: plain C++ with std::fma, the ground every other policy must equal.
-struct Portable {
+// X2: the q8x2 mode (BlockQ8x2 activations).
+template <bool X2>
+struct PortableT {
+  static constexpr bool kX2 = X2;
+  using XB = XBlock<X2>;
   static constexpr int kRows = 2, kTokens = 4;
   struct W {
     int8_t v[32];
@@ -343,7 +398,7 @@ struct Portable {
     float s0, s1;
   };
   using M = MinLanes;
-  static XS xscale(const BlockQ8x& x) { return {x.d[0], x.d[1]}; }
+  static XS xscale(const XB& x) { return {x.d[0], x.d[1]}; }
   template <DType T>
   static D load_scales(const uint8_t* blk, int j) {
     if constexpr (kquant<T>()) {
@@ -399,11 +454,16 @@ struct Portable {
     return w;
   }
   template <DType T>
-  static L lanes(const W& w, const int8_t* q) {
+  static L lanes(const W& w, const XB& x) {
     L l;
     for (int j = 0; j < 8; ++j) {
       int32_t s = 0;
-      for (int i = 4 * j; i < 4 * j + 4; ++i) s += int32_t(w.v[i]) * int32_t(q[i]);
+      for (int i = 4 * j; i < 4 * j + 4; ++i) s += int32_t(w.v[i]) * int32_t(x.q[i]);
+      if constexpr (X2) {  // 128 sum(w q) + sum(w r) = sum(w Q)
+        int32_t sr = 0;
+        for (int i = 4 * j; i < 4 * j + 4; ++i) sr += int32_t(w.v[i]) * int32_t(x.r[i]);
+        s = 128 * s + sr;
+      }
       l.v[j] = s;
     }
     return l;
@@ -415,6 +475,8 @@ struct Portable {
   }
   static float hsum(const A& a) { return ((a.v[0] + a.v[4]) + (a.v[2] + a.v[6])) + ((a.v[1] + a.v[5]) + (a.v[3] + a.v[7])); }
 };
+using Portable = PortableT<false>;
+using PortableX2 = PortableT<true>;
 
 }  // namespace
 }  // namespace q8
