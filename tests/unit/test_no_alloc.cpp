@@ -69,7 +69,7 @@ using namespace phasekv;
 void check_model(const std::string& gguf, const std::string& pkv, const std::vector<std::vector<std::string>>& memories,
                  int n_prompt, int n_decode, int* failures, int* checks) {
   for (const std::vector<std::string>& specs : memories)
-  for (const char* kernels : {"reference", "q8"}) {
+  for (const char* kernels : {"reference", "q8", "q8x2"}) {
     ImportOptions o;
     o.kv_specs = specs;
     std::string kv;
