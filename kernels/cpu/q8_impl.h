@@ -43,13 +43,19 @@ inline float f16(const uint8_t* p) {
 
 // The scalar quantizer every instruction set must equal (nearbyint: round half to even in the
 // default rounding mode, as _mm256_cvtps_epi32 / vcvtnq_s32_f32 round).
+// max |x_i| over a 16-element half-block (exact in any order).
+inline float half_amax(const float* xh) {
+  float amax = 0.0f;
+  for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(xh[i]));
+  return amax;
+}
+
 inline void quantize_portable(const float* x, BlockQ8x* out, int k) {
   for (int b = 0; b < k / 32; ++b) {
     int sum[2] = {0, 0};
     for (int h = 0; h < 2; ++h) {
       const float* xh = x + size_t(b) * 32 + 16 * h;
-      float amax = 0.0f;
-      for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(xh[i]));
+      const float amax = half_amax(xh);
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       for (int i = 0; i < 16; ++i) {
@@ -73,8 +79,7 @@ inline void quantize_x2_portable(const float* x, BlockQ8x2* out, int k) {
     int sum[2] = {0, 0};
     for (int h = 0; h < 2; ++h) {
       const float* xh = x + size_t(b) * 32 + 16 * h;
-      float amax = 0.0f;
-      for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(xh[i]));
+      const float amax = half_amax(xh);
       const float d = amax / kLevels;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       for (int i = 0; i < 16; ++i) {
