@@ -38,10 +38,12 @@ def deficit_centre(acc):
 
 
 def describe(cfg):
-    s = cfg["layers"][0]
-    if s["kind"] == "full":
+    comp = [i for i, s in enumerate(cfg["layers"]) if s["kind"] == "compressed"]
+    if not comp:
         return "full", None
-    return f"W{s['W']}/S{s['S']} L{s['L']} {s.get('gate', 'uniform')}", s["S"]
+    s = cfg["layers"][comp[0]]
+    where = "" if len(comp) == len(cfg["layers"]) else " (layers " + ",".join(map(str, comp)) + ")"
+    return f"W{s['W']}/S{s['S']} L{s['L']} {s.get('gate', 'uniform')}{where}", s["S"]
 
 
 def main():

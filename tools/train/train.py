@@ -55,6 +55,9 @@ MODELS = {
     "w8s4": dict(W=8, S=4, gate="scalar"),
     "w4s4": dict(W=4, S=4, gate="scalar"),
     "w8s8-uniform": dict(W=8, S=8, gate="uniform"),
+    # Only the last layer compressed, the ones below full attention: their outputs then carry no
+    # block phase (t mod S) into the compressed layer's gate maps (the causal check's control).
+    "w8s8-top": dict(W=8, S=8, gate="scalar", top_only=True),
 }
 
 
@@ -65,9 +68,12 @@ def make_config(size, name, vocab):
         layer = {"kind": "full"}
     else:
         layer = {"kind": "compressed", "W": c["W"], "S": c["S"], "L": z["L"], "gate": c["gate"]}
+    layers = [dict(layer) for _ in range(z["n_layers"])]
+    if c is not None and c.get("top_only"):
+        layers[:-1] = [{"kind": "full"} for _ in layers[:-1]]
     return {"vocab": len(vocab), "d": z["d"], "heads": z["heads"], "kv_heads": z["kv_heads"],
             "head_dim": z["head_dim"], "ffn": z["ffn"], "eps": 1e-5, "rope_base": 10000.0, "ctx": 2 * z["T"],
-            "layers": [dict(layer) for _ in range(z["n_layers"])]}
+            "layers": layers}
 
 
 def lookup_accuracy(cfg, params, vocab, rng, n_seq, T, P, bs=16):

@@ -22,7 +22,7 @@
 #   TRAIN_OUT       output directory instead of $PHASEKV_CACHE/train/GRID
 #   TRAIN_SAMPLES   self-test samples per stage and protocol (default 24 micro, 48 micro6 and small)
 #   TRAIN_MODELS    the models instead of the grid's, as NAME:SEED words (NAME a train.py --model:
-#                   full, w8s8, w8s4, w4s4, w8s8-uniform, ...), e.g. "w8s8:3 w8s8:4" for more seeds of micro6 (use a TRAIN_OUT of
+#                   full, w8s8, w8s4, w4s4, w8s8-uniform, w8s8-top, ...), e.g. "w8s8:3 w8s8:4" for more seeds of micro6 (use a TRAIN_OUT of
 #                   their own: the causal check runs on the first learned-gate model the self-test flags, else
 #                   the first learned-gate model)
 #   TRAIN_JOBS      training runs at a time (default: nproc)
@@ -122,7 +122,7 @@ trap - INT TERM
 causal_check() {
   local d="$OUT/$1-s$2" kv=() spec S K T
   while read -r spec; do [ -n "$spec" ] && kv+=(--kv "$spec"); done < "$d/kv.txt"
-  S=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["layers"][0]["S"])' "$d/train.json")
+  S=$("$PY" -c 'import json,sys; print([s for s in json.load(open(sys.argv[1]))["config"]["layers"] if s["kind"] == "compressed"][0]["S"])' "$d/train.json")
   K=$(( S > 4 ? 3 : 1 ))
   T=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["ctx"] // 2)' "$d/train.json")
   "$PY" tools/train/shift_gates.py "$d/gates.safetensors" "$K" "$d/gates_shift$K.safetensors" >/dev/null
