@@ -130,21 +130,25 @@ def attention(cfg, spec, blk, xn, cos, sin):
     return o.reshape(B, T, H * HD), gw
 
 
-def forward(cfg, params, ids, return_gates=False):
+def forward(cfg, params, ids, return_gates=False, return_inputs=False):
     """ids [B, T] -> logits [B, T, V] (float32); with return_gates also the per-layer gate
-    weights of the compressed layers."""
+    weights of the compressed layers; with return_inputs (instead of logits) every layer's
+    normed attention input, what its gates read."""
     B, T = ids.shape
     cos, sin = rope_tables(T, cfg["head_dim"], cfg["rope_base"])
     eps = cfg["eps"]
     x = params["token_embd"][ids]
-    gates = []
+    gates, inputs = [], []
     for spec, blk in zip(cfg["layers"], params["blk"]):
         xn = rmsnorm(x, blk["attn_norm"], eps)
+        inputs.append(xn)
         o, gw = attention(cfg, spec, blk, xn, cos, sin)
         gates.append(gw)
         x = x + o @ blk["attn_output"].T
         xn = rmsnorm(x, blk["ffn_norm"], eps)
         x = x + (jax.nn.silu(xn @ blk["ffn_gate"].T) * (xn @ blk["ffn_up"].T)) @ blk["ffn_down"].T
+    if return_inputs:
+        return inputs
     x = rmsnorm(x, params["output_norm"], eps)
     logits = x @ params["token_embd"].T
     return (logits, gates) if return_gates else logits

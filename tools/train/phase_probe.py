@@ -34,23 +34,6 @@ from train import load_params  # noqa: E402
 from vocab import Vocab  # noqa: E402
 
 
-def layer_inputs(cfg, params, ids):
-    """The normed input of every layer (what its gates read): list of [B, T, d]."""
-    B, T = ids.shape
-    cos, sin = model.rope_tables(T, cfg["head_dim"], cfg["rope_base"])
-    eps = cfg["eps"]
-    x = params["token_embd"][ids]
-    out = []
-    for spec, blk in zip(cfg["layers"], params["blk"]):
-        xn = model.rmsnorm(x, blk["attn_norm"], eps)
-        out.append(xn)
-        o, _ = model.attention(cfg, spec, blk, xn, cos, sin)
-        x = x + o @ blk["attn_output"].T
-        xn2 = model.rmsnorm(x, blk["ffn_norm"], eps)
-        x = x + (jax.nn.silu(xn2 @ blk["ffn_gate"].T) * (xn2 @ blk["ffn_up"].T)) @ blk["ffn_down"].T
-    return out
-
-
 def probe(X, y, S, half):
     """Linear least-squares read-out of y (0..S-1) from X, fitted on rows < half, scored on the rest."""
     A = np.concatenate([X, np.ones((len(X), 1))], 1).astype(np.float64)
@@ -82,7 +65,7 @@ def main():
     T = cfg["ctx"] // 2
     rng = np.random.default_rng(4242)
     ids, _, _ = data.batch(rng, vocab, a.seqs, T, dense=0.0)
-    xs = jax.jit(lambda p, i: layer_inputs(cfg, p, i))(params, jnp.asarray(ids))
+    xs = jax.jit(lambda p, i: model.forward(cfg, p, i, return_inputs=True))(params, jnp.asarray(ids))
     rows = []
     comp = [s for s in cfg["layers"] if s["kind"] == "compressed"]
     if not comp:
@@ -98,7 +81,7 @@ def main():
         X = xn.reshape(B * Tn, D)
         row = {"layer": li, "kind": spec["kind"], "S": S, "probe_accuracy": probe(X, y, S, (B // 2) * Tn), "chance": 1.0 / S}
         blk = params["blk"][li]
-        if f"cmp_k_gate.weight" in blk:
+        if "cmp_k_gate.weight" in blk:
             e = []
             for br in ("k", "v"):
                 Z = np.asarray(blk[f"cmp_{br}_gate.weight"])  # [W, HK, d]
