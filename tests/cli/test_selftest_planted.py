@@ -110,19 +110,22 @@ def main():
             else:
                 check(not adv["change_needed"] and adv["pad_tokens_before_slot"] == 0, "advice: already strongest %s" % adv)
 
-        # The q8 kernels (8-bit activations) on the same probes: the weak residue must be found the
-        # same way, and each residue's hits stay within 3 of the reference mode's (12 probes each).
-        if j:
-            jq = selftest(weak, ["--samples", "6", "--gate-min-acc", "0.2", "--kernels", "q8"], want_rc=3)
+        # The integer kernels on the same probes — q8 (8-bit activations) and q8x2 (15-bit, the
+        # commands' default): the weak residue must be found the same way, and each residue's hits
+        # stay within 3 of the reference mode's (12 probes each).
+        for mode in ("q8", "q8x2") if j else ():
+            jq = selftest(weak, ["--samples", "6", "--gate-min-acc", "0.2", "--kernels", mode], want_rc=3)
             if jq:
-                check(jq["probe_digest"] == j["probe_digest"], "q8: the same probes")
-                check(jq["flagged"] == [5], "q8: planted weak offset 5 flagged: %s" % jq["flagged"])
+                check(jq["probe_digest"] == j["probe_digest"], "%s: the same probes" % mode)
+                check(jq["flagged"] == [5], "%s: planted weak offset 5 flagged: %s" % (mode, jq["flagged"]))
                 diffs = {pr: [abs(x["hits"] - y["hits"]) for x, y in
                               zip(jq["protocols"][pr]["residues"], j["protocols"][pr]["residues"])]
                          for pr in j["protocols"]}
                 worst = max(max(v) for v in diffs.values())
                 n = j["protocols"]["outer"]["residues"][0]["n"]
-                check(worst <= 3, "q8 vs reference: hit differences per residue %s (at most 3 of %d)" % (diffs, n))
+                check(worst <= 3, "%s vs reference: hit differences per residue %s (at most 3 of %d)"
+                      % (mode, diffs, n))
+                print("selftest_planted: %s vs reference, hit differences per residue %s" % (mode, diffs))
 
         rc, _, err = phasekv(["convert", a.smollm2, strong, "--force", "--kv",
                               "20-29:compressed:W=8,S=8,L=16,gate=planted:K=5,V=5"])
