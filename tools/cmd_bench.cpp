@@ -85,7 +85,7 @@ int run_bench(const BenchArgs& a) {
   cp.backend = a.be.kind();
   cp.device = a.be.device;
   cp.cuda_weights = a.be.weights();
-  cp.kernels = a.be.kernel_spec("q8x2");
+  cp.kernels = a.be.kernel_spec(kCommandKernels);
   std::unique_ptr<Context> ctx;
   const uint64_t rss_before = current_rss();
   s = Context::create(*model, cp, &ctx);
@@ -231,7 +231,7 @@ void register_bench(CLI::App& app, int* exit_code) {
       ->default_val(512)->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-n,--n-gen", a->n_gen, "Tokens for the decode test (0 = skip)")->default_val(128)->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all hardware threads)");
-  add_backend_options(cmd, &a->be, "q8x2");
+  add_backend_options(cmd, &a->be, kCommandKernels);
   add_load_options(cmd, &a->be);
   cmd->add_option("-r,--reps", a->reps, "Repetitions (after one warm-up)")->default_val(5)->check(CLI::Range(1, 1000));
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->default_val(512)->check(CLI::Range(1u, 1u << 20));

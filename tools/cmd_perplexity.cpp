@@ -69,7 +69,7 @@ int run_perplexity(const PerplexityArgs& a) {
   cp.backend = a.be.kind();
   cp.device = a.be.device;
   cp.cuda_weights = a.be.weights();
-  cp.kernels = a.be.kernel_spec("q8x2");
+  cp.kernels = a.be.kernel_spec(kCommandKernels);
   if (a.threads != -1) cp.n_threads = a.threads;
   std::unique_ptr<Context> ctx;
   s = Context::create(*model, cp, &ctx);
@@ -141,7 +141,7 @@ void register_perplexity(CLI::App& app, int* exit_code) {
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->default_val(512)->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all hardware threads)");
   cmd->add_flag("--json", a->json, "Print one JSON object (ppl, ppl_error, nll_mean, tokens, scored, chunks, ...)");
-  add_backend_options(cmd, &a->be, "q8x2");
+  add_backend_options(cmd, &a->be, kCommandKernels);
   add_load_options(cmd, &a->be);
   cmd->callback([a, exit_code] {
     if (!exit_code) return;  // parse only (fuzz_cli)

@@ -90,7 +90,7 @@ int run_run(RunArgs a) {
   cp.backend = a.be.kind();
   cp.device = a.be.device;
   cp.cuda_weights = a.be.weights();
-  cp.kernels = a.be.kernel_spec("q8x2");
+  cp.kernels = a.be.kernel_spec(kCommandKernels);
   if (a.threads != -1) cp.n_threads = a.threads;  // 0 or out of range: Context::create says why
 
   // The sampler is checked before any work: its history is sized by --repeat-last-n, which can
@@ -297,7 +297,7 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_flag("--beyond-trained", a->beyond, "Allow --ctx above the model's trained context (max_positions)");
   cmd->add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->default_val(256)->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all hardware threads)");
-  add_backend_options(cmd, &a->be, "q8x2");
+  add_backend_options(cmd, &a->be, kCommandKernels);
   add_load_options(cmd, &a->be);
   cmd->add_option("--temp", a->sp.temperature, "Temperature (0 = greedy)")->default_val(0.8f)->check(finite_number());
   cmd->add_flag("--greedy", a->greedy, "Greedy decoding (same as --temp 0)");

@@ -72,7 +72,10 @@ struct BackendOptions {
   const char* kernel_spec(const char* command_default) const;
   CudaWeights weights() const;
 };
-// `kernels_default` is what --help says --kernels defaults to ("q8x2" for run, bench and perplexity).
+// The kernels run, bench and perplexity use when neither --kernels nor $PHASEKV_KERNELS names any
+// (README, "The q8x2 mode"); pass it to both add_backend_options and kernel_spec.
+inline constexpr const char* kCommandKernels = "q8x2";
+// `kernels_default` is what --help says --kernels defaults to (kCommandKernels for run, bench and perplexity).
 void add_backend_options(CLI::App* cmd, BackendOptions* o, const char* kernels_default = "reference");
 // Strict number options (CLI11 alone wraps "-1" into a uint64, saturates 2^64, and takes
 // "nan" and "inf" as floats):
