@@ -36,29 +36,6 @@ TOKENS = ("key", "=", "value", "newline", "next")
 P = 8  # the residues reported (the self-test's period for the grid)
 
 
-def attention_probs(cfg, spec, blk, xn):
-    """The compressed layer's attention probabilities [B, HK, G, T, E + T] (entries, then exact
-    tokens) and its gate weights, recomputed with model.py's own pieces."""
-    B, T, _ = xn.shape
-    H, HK, HD = cfg["heads"], cfg["kv_heads"], cfg["head_dim"]
-    cos, sin = model.rope_tables(T, HD, cfg["rope_base"])
-    q = model.rope((xn @ blk["attn_q"].T).reshape(B, T, H, HD), cos, sin)
-    k = model.rope((xn @ blk["attn_k"].T).reshape(B, T, HK, HD), cos, sin)
-    v = (xn @ blk["attn_v"].T).reshape(B, T, HK, HD)
-    qg = q.reshape(B, T, HK, H // HK, HD)
-    kh, _, gw = model.pool(spec, blk, xn, k, v)
-    E, S, L = kh.shape[1], spec["S"], spec["L"]
-    scale = 1.0 / np.sqrt(HD)
-    t = np.arange(T)
-    exact = jnp.einsum("bthgc,bphc->bhgtp", qg, k) * scale
-    ent = jnp.einsum("bthgc,behc->bhgte", qg, kh) * scale
-    emask = np.arange(E)[None, :] < ((t[:, None] + 1) // S)
-    xmask = (t[None, :] <= t[:, None]) & (t[None, :] > t[:, None] - L)
-    sc = jnp.concatenate([jnp.where(jnp.asarray(emask), ent, -jnp.inf),
-                          jnp.where(jnp.asarray(xmask), exact, -jnp.inf)], -1)
-    return np.asarray(jax.nn.softmax(sc, -1)), emask, [np.asarray(g) for g in gw]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model_dir")
@@ -81,8 +58,11 @@ def main():
     inp = jax.jit(lambda p, i: model.forward(cfg, p, i, return_inputs=True))
     logits = np.asarray(fwd(params, jnp.asarray(ids)))
     xn = inp(params, jnp.asarray(ids))[li]
-    pr, emask, (gk, gv) = attention_probs(cfg, spec, params["blk"][li], xn)
+    cos, sin = model.rope_tables(T, cfg["head_dim"], cfg["rope_base"])
+    pr, _, (gk, gv) = model.attention_probs(cfg, spec, params["blk"][li], xn, cos, sin)
+    pr, gk, gv = np.asarray(pr), np.asarray(gk), np.asarray(gv)  # [B, HK, G, T, E + T], [B, E, W, HK]
     E = gk.shape[1]
+    emask = np.arange(E)[None, :] < ((np.arange(T)[:, None] + 1) // S)  # entries visible at t
     per = {r: [] for r in range(P)}
     for b in range(ids.shape[0]):
         for qp, pv in lookups[b]:

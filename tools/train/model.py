@@ -97,7 +97,10 @@ def pool(spec, blk, xn, k, v):
     return out[0], out[1], weights
 
 
-def attention(cfg, spec, blk, xn, cos, sin):
+def attention_probs(cfg, spec, blk, xn, cos, sin):
+    """The layer's attention: probabilities p [B, HK, G, T, N] and the values they weigh
+    [B, N', HK, hd] as a list (full: N = T over the tokens' values; compressed: N = E + T, the
+    entries' pooled values then the exact tokens'), plus the gate weights (None for full)."""
     B, T, _ = xn.shape
     H, HK, HD = cfg["heads"], cfg["kv_heads"], cfg["head_dim"]
     G = H // HK
@@ -111,9 +114,7 @@ def attention(cfg, spec, blk, xn, cos, sin):
     if spec["kind"] == "full":
         mask = t[None, :] <= t[:, None]
         sc = jnp.where(jnp.asarray(mask), exact, -jnp.inf)
-        p = jax.nn.softmax(sc, axis=-1)
-        o = jnp.einsum("bhgtp,bphc->bthgc", p, v)
-        return o.reshape(B, T, H * HD), None
+        return jax.nn.softmax(sc, axis=-1), [v], None
     L, S = spec["L"], spec["S"]
     kh, vh, gw = pool(spec, blk, xn, k, v)
     E = kh.shape[1]
@@ -126,8 +127,18 @@ def attention(cfg, spec, blk, xn, cos, sin):
     any_vis = jnp.asarray(emask.any(-1) | xmask.any(-1))
     p = jax.nn.softmax(jnp.where(any_vis[:, None], sc, 0.0), axis=-1)
     p = jnp.where(any_vis[:, None], p, 0.0)
-    o = jnp.einsum("bhgte,behc->bthgc", p[..., :E], vh) + jnp.einsum("bhgtp,bphc->bthgc", p[..., E:], v)
-    return o.reshape(B, T, H * HD), gw
+    return p, [vh, v], gw
+
+
+def attention(cfg, spec, blk, xn, cos, sin):
+    B, T, _ = xn.shape
+    p, vals, gw = attention_probs(cfg, spec, blk, xn, cos, sin)
+    o, n0 = 0.0, 0
+    for val in vals:  # the value rows in the probabilities' order, summed in that order
+        n = val.shape[1]
+        o = o + jnp.einsum("bhgtp,bphc->bthgc", p[..., n0:n0 + n], val)
+        n0 += n
+    return o.reshape(B, T, -1), gw
 
 
 def forward(cfg, params, ids, return_gates=False, return_inputs=False):

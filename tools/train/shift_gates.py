@@ -21,6 +21,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 
+GATE = re.compile(r"blk\.(\d+)\.cmp_([kv])_gate\.(bias|weight)$")  # layer, branch, kind
+
 
 def shift(tensors, k, part="both", branch="both", layers=None):
     """The tensors with the selected gate parameters rolled by k along the offset axis (axis 0:
@@ -28,7 +30,7 @@ def shift(tensors, k, part="both", branch="both", layers=None):
     out = dict(tensors)
     moved = []
     for name, t in tensors.items():
-        m = re.match(r"blk\.(\d+)\.cmp_([kv])_gate\.(bias|weight)$", name)
+        m = GATE.match(name)
         if not m:
             continue
         layer, br, kind = int(m.group(1)), m.group(2), m.group(3)
@@ -46,7 +48,7 @@ def shift(tensors, k, part="both", branch="both", layers=None):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("src")
     p.add_argument("k", type=int)
     p.add_argument("dst")
@@ -56,7 +58,7 @@ def main():
     a = p.parse_args()
     layers = None if a.layers is None else {int(x) for x in a.layers.split(",") if x != ""}
     t = read_safetensors(a.src)
-    if not any(re.match(r"blk\.\d+\.cmp_[kv]_gate\.", n) for n in t):
+    if not any(GATE.match(n) for n in t):
         raise SystemExit(f"shift_gates: {a.src} has no gate tensors")
     t, moved = shift(t, a.k, a.part, a.branch, layers)
     if not moved:
