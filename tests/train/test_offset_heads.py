@@ -2,13 +2,14 @@
 """Checks of the trainer's offset heads and dense-recall sequences (tools/train/offset_heads.py,
 data.sample_dense), against values computed here independently of the code under test:
 
-1. offset_init: layer 0's heads 0 and 1 attend one and two tokens back. The attention is
+1. offset_init: layer 0's query heads 0 and G (G = heads / kv_heads: 1, or 2 in the GQA size)
+   attend one and two tokens back. The attention is
    recomputed here with numpy (RMSNorm, projections, the GGML-normal RoPE of adjacent pairs,
    causal softmax) on random token sequences; the argmax offset must be 1 (head 0) and 2
    (head 1) at >= 80 % of the positions >= 3 (86-100 % measured) (the token's own content adds a little noise to
    the shared component), with at least 0.8 of the row's weight there on average.
-2. freeze_offset_update: on a random update, the rows of heads 0 and 1 in layer 0's query and
-   key weights and layer 0's attention norm get no change, the embeddings none along u, and
+2. freeze_offset_update: on a random update, the rows of query heads 0 and G and KV heads 0 and 1
+   in layer 0's query and key weights and layer 0's attention norm get no change, the embeddings none along u, and
    every other entry is left exactly as it was.
 3. train.py wires the hold in: after 3 training steps with micro6's options (--offset-heads
    --dense 0.5 --with-replacement, a W8/S8 micro model),
@@ -53,7 +54,9 @@ def np_attention_probs(cfg, p, ids):
     xn = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + cfg["eps"]) * np.asarray(blk["attn_norm"], np.float64)
     T, H, HD = len(ids), cfg["heads"], cfg["head_dim"]
     q = (xn @ np.asarray(blk["attn_q"], np.float64).T).reshape(T, H, HD)
-    k = (xn @ np.asarray(blk["attn_k"], np.float64).T).reshape(T, H, HD)
+    HK = cfg["kv_heads"]
+    k = (xn @ np.asarray(blk["attn_k"], np.float64).T).reshape(T, HK, HD)
+    k = np.repeat(k, H // HK, axis=1)  # query head h reads KV head h // G
     ang = np.arange(T)[:, None] * cfg["rope_base"] ** (-np.arange(0, HD, 2) / HD)[None, :]
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
 
@@ -74,7 +77,7 @@ def np_attention_probs(cfg, p, ids):
 def main():
     voc = V.Vocab()
     words = np.array(voc.words)
-    for size in ("micro", "small"):
+    for size in ("micro", "small", "wide-gqa"):
         cfg = train.make_config(size, "w8s8", voc)
         params, u = offset_heads.offset_init(cfg, model.init_params(cfg, 3), 3)
         rng = np.random.default_rng(11)
@@ -82,7 +85,8 @@ def main():
             ids = np.concatenate([[voc.bos], rng.choice(words, size=95)]).astype(np.int64)
             pr = np_attention_probs(cfg, params, ids)
             t = np.arange(3, len(ids))
-            for head, off in ((0, 1), (1, 2)):
+            G = cfg["heads"] // cfg["kv_heads"]
+            for head, off in ((0, 1), (G, 2)):
                 am = pr[head, 3:].argmax(-1)
                 share = np.mean(t - am == off)
                 check(share >= 0.8, f"{size}: head {head}'s strongest key is {off} back at only {share:.2f} of the "
@@ -97,10 +101,14 @@ def main():
         upd = jax.tree_util.tree_map(lambda a: jnp.asarray(rng.standard_normal(a.shape), jnp.float32), params)
         out = offset_heads.freeze_offset_update(upd, u, cfg["head_dim"])
         HD = cfg["head_dim"]
-        for name in ("attn_q", "attn_k"):
+        G = cfg["heads"] // cfg["kv_heads"]
+        for name, held in (("attn_q", (0, G)), ("attn_k", (0, 1))):
             a, b = np.asarray(out["blk"][0][name]), np.asarray(upd["blk"][0][name])
-            check(np.all(a[:2 * HD] == 0), f"{size}: {name} rows of heads 0-1 still change")
-            check(np.array_equal(a[2 * HD:], b[2 * HD:]), f"{size}: {name} rows of the other heads were altered")
+            rows = np.zeros(a.shape[0], bool)
+            for h in held:
+                rows[h * HD:(h + 1) * HD] = True
+            check(np.all(a[rows] == 0), f"{size}: {name} rows of heads {held} still change")
+            check(np.array_equal(a[~rows], b[~rows]), f"{size}: {name} rows of the other heads were altered")
         check(np.all(np.asarray(out["blk"][0]["attn_norm"]) == 0), f"{size}: layer 0's attention norm still changes")
         e = np.asarray(out["token_embd"], np.float64)
         uu = np.asarray(u, np.float64)

@@ -1,4 +1,4 @@
-"""Layer 0's first two heads as fixed-offset heads (1 and 2 tokens back), their parameters held.
+"""Layer 0's first two KV heads as fixed-offset heads (1 and 2 tokens back), their parameters held.
 
 Why: the self-test's records are "key = value", so the value sits two tokens after its key and
 every lookup ends on the same token '='. Retrieval then needs a layer-0 head at the value that
@@ -19,7 +19,8 @@ import numpy as np
 
 
 def offset_init(cfg, params, seed):
-    """Layer 0's heads 0 and 1 as heads looking 1 and 2 tokens back: every token embedding gets a
+    """Layer 0's KV heads 0 and 1, with the first query head of each one's group (query heads 0 and
+    G = heads / kv_heads; 0 and 1 without GQA), as heads looking 1 and 2 tokens back: every token embedding gets a
     shared component along a unit vector u, and those heads' query and key rows read only u, with
     RoPE phases set so that the score q_t . k_s peaks at t - s = 1 (head 0) and 2 (head 1). Only
     the first three frequency pairs are used (the others change too slowly to tell neighbouring
@@ -28,8 +29,10 @@ def offset_init(cfg, params, seed):
     right after init, at d 128 at all). Returns (params, u)."""
     rng = np.random.default_rng(1000 + seed)
     D, HD, HK = cfg["d"], cfg["head_dim"], cfg["kv_heads"]
-    if cfg["heads"] != HK or HK < 2:
-        sys.exit("--offset-init needs as many KV heads as heads, at least 2")
+    G = cfg["heads"] // HK
+    if HK < 2 or cfg["heads"] != G * HK:
+        sys.exit(f"--offset-heads needs at least 2 KV heads and heads a multiple of them "
+                 f"(here {cfg['heads']} heads, {HK} KV heads)")
     u = rng.standard_normal(D)
     u /= np.linalg.norm(u)
     emb = np.asarray(params["token_embd"], np.float64)
@@ -38,7 +41,8 @@ def offset_init(cfg, params, seed):
     amp = 1.6  # score gap to the neighbouring offsets ~10 (d 64) to ~19 (d 128) after RMSNorm and 1/sqrt(hd)
     blk = dict(params["blk"][0])
     wq, wk = np.array(blk["attn_q"], np.float64), np.array(blk["attn_k"], np.float64)
-    for head, off in ((0, 1), (1, 2)):
+    for kvh, off in ((0, 1), (1, 2)):  # KV heads 0 and 1, each with the first query head of its group
+        head = kvh * G
         qv, kv = np.zeros(HD), np.zeros(HD)
         for pr in range(3):
             # q pair (A, 0) rotated by t*th, k pair A(cos ph, sin ph) rotated by s*th: the dot is
@@ -46,7 +50,7 @@ def offset_init(cfg, params, seed):
             qv[2 * pr] = amp
             kv[2 * pr], kv[2 * pr + 1] = amp * np.cos(off * inv[pr]), amp * np.sin(off * inv[pr])
         wq[head * HD:(head + 1) * HD] = np.outer(qv, u)
-        wk[head * HD:(head + 1) * HD] = np.outer(kv, u)
+        wk[kvh * HD:(kvh + 1) * HD] = np.outer(kv, u)
     blk["attn_q"], blk["attn_k"] = jnp.asarray(wq, jnp.float32), jnp.asarray(wk, jnp.float32)
     p = dict(params)
     p["token_embd"] = jnp.asarray(emb, jnp.float32)
@@ -59,12 +63,16 @@ def freeze_offset_update(upd, u, head_dim):
     of heads 0 and 1 or its attention norm, none to the embeddings along u. (The attention pattern
     is then held only approximately: the rest of each embedding still trains, which moves the RMS
     scaling a little; in a compressed layer 0 the pooled entries also compete in the softmax.)"""
-    if upd["blk"][0]["attn_k"].shape != upd["blk"][0]["attn_q"].shape:
-        raise ValueError("freeze_offset_update: needs as many KV heads as heads (offset_init's condition)")
-    rows = jnp.arange(upd["blk"][0]["attn_q"].shape[0]) >= 2 * head_dim
+    nq, nk = upd["blk"][0]["attn_q"].shape[0], upd["blk"][0]["attn_k"].shape[0]
+    if nq % nk or nk < 2 * head_dim:
+        raise ValueError("freeze_offset_update: needs at least 2 KV heads and heads a multiple of them "
+                         "(offset_init's condition)")
+    G = nq // nk
+    qhead, khead = jnp.arange(nq) // head_dim, jnp.arange(nk) // head_dim
+    qrows = (qhead != 0) & (qhead != G)  # the offset heads' query rows (heads 0 and G) are held
     b0 = dict(upd["blk"][0])
-    b0["attn_q"] = b0["attn_q"] * rows[:, None]
-    b0["attn_k"] = b0["attn_k"] * rows[:b0["attn_k"].shape[0], None]
+    b0["attn_q"] = b0["attn_q"] * qrows[:, None]
+    b0["attn_k"] = b0["attn_k"] * (khead >= 2)[:, None]
     b0["attn_norm"] = jnp.zeros_like(b0["attn_norm"])
     out = dict(upd)
     out["blk"] = [b0] + list(upd["blk"][1:])

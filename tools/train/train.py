@@ -6,7 +6,7 @@ loss curve, the trainer's own lookup accuracy per residue) and check_ids.json +
 check_logits.f32 (the trainer's forward on one sequence, for tools/train/check_export.py) and
 calib.txt (held-out training-mix text for `phasekv inspect --gates`).
 
-Usage: train.py --model NAME [--size micro|micro3|mini|wide|small] [--seed N] [--steps N] --out DIR
+Usage: train.py --model NAME [--size micro|micro3|mini|wide|wide-gqa|small] [--seed N] [--steps N] --out DIR
 Models (same size, data and steps within a size):
   full          full attention in every layer
   w8s8 w8s4 w4s4  every layer compressed, learned scalar gates (per-offset maps and biases), L = 16
@@ -49,6 +49,9 @@ SIZES = {
     # micro6's recipe at d 128: the issue's smallest width at micro's depth and sequence length
     "wide": dict(d=128, n_layers=2, heads=4, kv_heads=4, head_dim=32, ffn=384, T=96, batch=16, steps=250,
                  lr=3e-3, L=8),
+    # the same with grouped-query attention: 8 query heads of 16 sharing 4 KV heads (G = 2)
+    "wide-gqa": dict(d=128, n_layers=2, heads=8, kv_heads=4, head_dim=16, ffn=384, T=96, batch=16, steps=250,
+                     lr=3e-3, L=8),
     "small": dict(d=128, n_layers=4, heads=4, kv_heads=4, head_dim=32, ffn=384, T=128, batch=32, steps=3000,
                   lr=3e-3, L=16),
 }

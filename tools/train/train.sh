@@ -10,6 +10,7 @@
 #                     (docs/VALIDATION.md; ~25 min on 2 cores)
 #             wide    the six models of micro6 at d 128 (2 layers, 4 heads of 32), micro6's recipe:
 #                     5,000 steps, ~11 min per model on one core (~40 min on 2 cores)
+#             wide-gqa  the same with grouped-query attention: 8 query heads of 16 over 4 KV heads
 #             small   full attention (seeds 1, 2), W8/S8, W8/S4, W4/S4 with learned scalar gates,
 #                     W8/S8 with uniform gates: same size, data and steps (micro6's recipe at the
 #                     small size, d 128, 4 layers: ~1 hour per model on 2 cores, not yet run)
@@ -41,11 +42,11 @@ for a in "$@"; do
     -h|--help) usage; exit 0 ;;
     --retrain) RETRAIN=1 ;;
     --check) CHECK=1 ;;
-    micro|micro6|wide|small) GRID=$a ;;
-    *) echo "train.sh: unknown argument '$a' (GRID is micro, micro6, wide or small; see --help)" >&2; exit 2 ;;
+    micro|micro6|wide|wide-gqa|small) GRID=$a ;;
+    *) echo "train.sh: unknown argument '$a' (GRID is micro, micro6, wide, wide-gqa or small; see --help)" >&2; exit 2 ;;
   esac
 done
-[ -n "$GRID" ] || { echo "train.sh: GRID (micro, micro6, wide or small) is required; see --help" >&2; exit 2; }
+[ -n "$GRID" ] || { echo "train.sh: GRID (micro, micro6, wide, wide-gqa or small) is required; see --help" >&2; exit 2; }
 
 CACHE=${PHASEKV_CACHE:-$HOME/.cache/phasekv}
 PY=${PHASEKV_PYTHON:-$CACHE/venv/bin/python}
@@ -65,7 +66,7 @@ TRAIN_ARGS=()
 case "$GRID" in
   micro) MODELS="full:1 w4s4:1"; SIZE=micro; SAMPLES=${TRAIN_SAMPLES:-24}; PERIOD=8 ;;
   micro6) MODELS=$SIX; SIZE=micro; SAMPLES=${TRAIN_SAMPLES:-48}; PERIOD=8; TRAIN_ARGS=("${LEARNS[@]}") ;;
-  wide) MODELS=$SIX; SIZE=wide; SAMPLES=${TRAIN_SAMPLES:-48}; PERIOD=8; TRAIN_ARGS=("${LEARNS[@]}") ;;
+  wide|wide-gqa) MODELS=$SIX; SIZE=$GRID; SAMPLES=${TRAIN_SAMPLES:-48}; PERIOD=8; TRAIN_ARGS=("${LEARNS[@]}") ;;
   # small: micro6's recipe at d 128 (not yet run to the end on this VM: ~1 hour per model)
   small) MODELS=$SIX; SIZE=small; SAMPLES=${TRAIN_SAMPLES:-48}; PERIOD=8; TRAIN_ARGS=("${LEARNS[@]}") ;;
 esac
