@@ -6,7 +6,7 @@ data.sample_dense), against values computed here independently of the code under
    attend one and two tokens back. The attention is
    recomputed here with numpy (RMSNorm, projections, the GGML-normal RoPE of adjacent pairs,
    causal softmax) on random token sequences; the argmax offset must be 1 (head 0) and 2
-   (head 1) at >= 80 % of the positions >= 3 (86-100 % measured) (the token's own content adds a little noise to
+   (head G) at >= 80 % of the positions >= 3 (86-100 % measured) (the token's own content adds a little noise to
    the shared component), with at least 0.8 of the row's weight there on average.
 2. freeze_offset_update: on a random update, the rows of query heads 0 and G and KV heads 0 and 1
    in layer 0's query and key weights and layer 0's attention norm get no change, the embeddings none along u, and

@@ -22,7 +22,7 @@ def offset_init(cfg, params, seed):
     """Layer 0's KV heads 0 and 1, with the first query head of each one's group (query heads 0 and
     G = heads / kv_heads; 0 and 1 without GQA), as heads looking 1 and 2 tokens back: every token embedding gets a
     shared component along a unit vector u, and those heads' query and key rows read only u, with
-    RoPE phases set so that the score q_t . k_s peaks at t - s = 1 (head 0) and 2 (head 1). Only
+    RoPE phases set so that the score q_t . k_s peaks at t - s = 1 (KV head 0) and 2 (KV head 1). Only
     the first three frequency pairs are used (the others change too slowly to tell neighbouring
     offsets apart). Nearly content-independent: q and k scale with u . RMSNorm(x), which varies a
     little with each token (at d 64 the peak is at the intended offset at 86-98 % of positions
@@ -60,7 +60,7 @@ def offset_init(cfg, params, seed):
 
 def freeze_offset_update(upd, u, head_dim):
     """The update with the offset heads' parameters held: no change to layer 0's query and key rows
-    of heads 0 and 1 or its attention norm, none to the embeddings along u. (The attention pattern
+    of the offset heads (query heads 0 and G, KV heads 0 and 1) or its attention norm, none to the embeddings along u. (The attention pattern
     is then held only approximately: the rest of each embedding still trains, which moves the RMS
     scaling a little; in a compressed layer 0 the pooled entries also compete in the softmax.)"""
     nq, nk = upd["blk"][0]["attn_q"].shape[0], upd["blk"][0]["attn_k"].shape[0]

@@ -8,8 +8,8 @@
 #             micro6  the six models below at the micro size (d 64, 2 layers), 5,000 steps, with the
 #                     offset heads and the dense-recall share that make them learn retrieval
 #                     (docs/VALIDATION.md; ~25 min on 2 cores)
-#             wide    the six models of micro6 at d 128 (2 layers, 4 heads of 32), micro6's recipe:
-#                     5,000 steps, ~11 min per model on one core (~40 min on 2 cores)
+#             wide    the six models of micro6 at d 128 (2 layers, 4 heads of 32), micro6's recipe at
+#                     lr 1e-3: 5,000 steps, ~8 min per model alone, ~12 with two at a time (~40 min)
 #             wide-gqa  the same with grouped-query attention: 8 query heads of 16 over 4 KV heads
 #             small   full attention (seeds 1, 2), W8/S8, W8/S4, W4/S4 with learned scalar gates,
 #                     W8/S8 with uniform gates: same size, data and steps (micro6's recipe at the
