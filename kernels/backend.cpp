@@ -37,4 +37,10 @@ const void* WeightMapping::translate(const void* host) const {
   return nullptr;
 }
 
+Status WeightMapping::view(const WeightView& host, bool /*matmul_only*/, WeightView* out) const {
+  *out = host;
+  out->data = translate(host.data);
+  return Status::Ok();
+}
+
 }  // namespace phasekv

@@ -60,12 +60,20 @@ struct HostRegion {
 // The weights as a backend's ops read them: identity on the CPU; on a discrete GPU one device
 // copy; on an integrated GPU one copy in pinned, mapped host memory. Made once per model and
 // backend kind, shared by every context of that model (Model keeps it).
+struct WeightView;
 class WeightMapping {
  public:
   virtual ~WeightMapping() = default;
   // The address ops use for `host`, a pointer into one of the mapped regions (nullptr -> nullptr;
   // a pointer outside every region -> nullptr too, which the caller treats as an internal error).
   const void* translate(const void* host) const;
+  // The view ops use for the model's matrix `host` (its data a pointer into a mapped region):
+  // translate()'s address in the file's layout, or, for a matrix that only matmul reads
+  // (matmul_only) where the backend keeps a layout of its own, that copy (the CPU backend's R4
+  // copies in the q8 modes, made on the first call for the matrix -- a context's creation, never
+  // a decode -- and shared by every context after). out->data is nullptr where translate()'s is;
+  // an error only when a copy cannot be allocated.
+  virtual Status view(const WeightView& host, bool matmul_only, WeightView* out) const;
   const char* mode() const { return mode_; }              // "host" (in place), "device copy", "mapped host"
   MemorySpace space() const { return space_; }            // where the copy lives (Host: no copy)
   uint64_t bytes() const { return bytes_; }               // bytes of the copy (0 for in place)
@@ -79,7 +87,7 @@ class WeightMapping {
   std::vector<Region> regions_;
   const char* mode_ = "host";
   MemorySpace space_ = MemorySpace::Host;
-  uint64_t bytes_ = 0;
+  mutable uint64_t bytes_ = 0;  // mutable: copies made lazily by view() add to it
 };
 
 // A windowed layer keeps its chunk's last min(n_tokens, ring_rows) K/V rows: token t of the
@@ -102,6 +110,10 @@ struct WeightView {
   size_t row_bytes = 0;
   int rows = 0;
   int cols = 0;
+  // 0: the file's rows. Else a backend's own layout (WeightMapping::view; the CPU backend's R4,
+  // cpu_kernels.h WeightLayout), `aux` its second part (R4: the scales).
+  uint8_t layout = 0;
+  const void* aux = nullptr;
 };
 
 // What a backend sizes its scratch from.

@@ -139,9 +139,12 @@ Status Context::bind_weights() {
     ok &= (p == nullptr) == (d == nullptr);
     return d;
   };
-  auto trw = [&](const WeightView& v) -> WeightView {
-    WeightView r = v;
-    r.data = w.translate(v.data);
+  Status st = Status::Ok();
+  // matmul_only: a matrix no other op reads, which the backend may hold in a layout of its own
+  // (WeightMapping::view: the CPU backend's R4 copies in the q8 modes).
+  auto trw = [&](const WeightView& v, bool matmul_only = false) -> WeightView {
+    WeightView r;
+    if (st.ok()) st = w.view(v, matmul_only, &r);
     ok &= (v.data == nullptr) == (r.data == nullptr);
     return r;
   };
@@ -152,13 +155,13 @@ Status Context::bind_weights() {
     Model::Layer& D = layers_[l];
     D.attn_norm = tr(L.attn_norm);
     D.ffn_norm = tr(L.ffn_norm);
-    D.wq = trw(L.wq);
-    D.wk = trw(L.wk);
-    D.wv = trw(L.wv);
-    D.wo = trw(L.wo);
-    D.w_gate = trw(L.w_gate);
-    D.w_up = trw(L.w_up);
-    D.w_down = trw(L.w_down);
+    D.wq = trw(L.wq, true);
+    D.wk = trw(L.wk, true);
+    D.wv = trw(L.wv, true);
+    D.wo = trw(L.wo, true);
+    D.w_gate = trw(L.w_gate, true);
+    D.w_up = trw(L.w_up, true);
+    D.w_down = trw(L.w_down, true);
     for (int b = 0; b < 2; ++b) {
       D.cmp[b].gate_bias = tr(L.cmp[b].gate_bias);
       D.cmp[b].gate_map = trw(L.cmp[b].gate_map);
@@ -173,9 +176,11 @@ Status Context::bind_weights() {
     D.kh_norm = tr(L.kh_norm);
   }
   token_embd_ = trw(model_.token_embd());
-  output_ = trw(model_.output());
+  // A tied output matrix is the embedding table, which embed() reads by rows.
+  output_ = trw(model_.output(), model_.output().data != model_.token_embd().data);
   output_norm_ = tr(model_.output_norm());
   inv_freq_ = tr(model_.rope_inv_freq());
+  PKV_RETURN_IF_ERROR(st);
   if (!ok) return make_error(StatusCode::kInternal, "weights: a model tensor lies outside the mapped regions");
   return Status::Ok();
 }

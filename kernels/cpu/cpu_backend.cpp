@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 namespace phasekv {
 
@@ -33,10 +35,69 @@ class InPlaceWeights final : public WeightMapping {
   }
 };
 
+// In place too, except the matrices only matmul reads that fit the R4 layout (Q4_0, Q4_1, Q8_0;
+// cpu_kernels.h WeightLayout): those are read from an R4 copy, made when a context first asks
+// for the matrix (Context::bind_weights) and shared by every context of the model in the same
+// mode. The copy has the file's size; the file's pages of a repacked matrix are then not read
+// again (the page cache may drop them).
+class RepackedWeights final : public WeightMapping {
+ public:
+  RepackedWeights(const HostRegion* r, int n) {
+    for (int i = 0; i < n; ++i) {
+      const uint8_t* p = static_cast<const uint8_t*>(r[i].data);
+      regions_.push_back({p, r[i].bytes, p});
+    }
+    mode_ = "host, q8 R4 copies of the matmul weights";
+  }
+  ~RepackedWeights() override {
+    for (const Copy& c : copies_) std::free(c.r4);
+  }
+  Status view(const WeightView& host, bool matmul_only, WeightView* out) const override {
+    PKV_RETURN_IF_ERROR(WeightMapping::view(host, matmul_only, out));
+    if (!matmul_only || !out->data || !cpu::r4_fits(host.dtype, host.rows, host.cols)) return Status::Ok();
+    std::lock_guard<std::mutex> lock(mu_);
+    const Copy* c = nullptr;
+    for (const Copy& e : copies_)
+      if (e.src == out->data && e.dtype == host.dtype && e.rows == host.rows && e.cols == host.cols) c = &e;
+    if (!c) {
+      const size_t bytes = cpu::r4_bytes(host.dtype, host.rows, host.cols);
+      void* p = nullptr;
+      if (posix_memalign(&p, 64, bytes) != 0 || !p)
+        return make_error(StatusCode::kOutOfMemory, "cannot allocate %zu bytes of host memory for the R4 copy of a %d x %d %s matrix",
+                          bytes, host.rows, host.cols, dtype_name(host.dtype));
+      cpu::repack_r4(host.dtype, out->data, host.row_bytes, host.rows, host.cols, p);
+      copies_.push_back({out->data, host.dtype, host.rows, host.cols, static_cast<uint8_t*>(p)});
+      bytes_ += bytes;
+      c = &copies_.back();
+    }
+    out->data = c->r4;
+    out->layout = uint8_t(cpu::WeightLayout::R4);
+    out->aux = c->r4 + cpu::r4_hdr_offset(host.dtype, host.rows, host.cols);
+    return Status::Ok();
+  }
+
+ private:
+  struct Copy {
+    const void* src;
+    DType dtype;
+    int rows, cols;
+    uint8_t* r4;
+  };
+  mutable std::mutex mu_;
+  mutable std::vector<Copy> copies_;
+};
+
 }  // namespace
 
+bool CpuBackend::repacks_weights() const {
+  return mode_ != cpu::MatmulMode::Reference && k_.matmul_q8_rows_r4 && k_.matmul_q8x2_rows_r4;
+}
+
 Status CpuBackend::map_weights(const HostRegion* regions, int n_regions, std::shared_ptr<WeightMapping>* out) {
-  *out = std::make_shared<InPlaceWeights>(regions, n_regions);
+  if (repacks_weights())
+    *out = std::make_shared<RepackedWeights>(regions, n_regions);
+  else
+    *out = std::make_shared<InPlaceWeights>(regions, n_regions);
   return Status::Ok();
 }
 
@@ -152,7 +213,8 @@ void matmul_task(void* ctx, int task, int thread) {
   while (task >= j.blocks[m]) task -= j.blocks[m++];
   const int r0 = task * j.row_block;
   const int r1 = std::min(j.rows[m], r0 + j.row_block);
-  if (j.q8[m]) (j.x2 ? j.k->matmul_q8x2_rows : j.k->matmul_q8_rows)(j.args[m], r0, r1);
+  if (j.q8[m] && j.args[m].w_layout == cpu::WeightLayout::R4) (j.x2 ? j.k->matmul_q8x2_rows_r4 : j.k->matmul_q8_rows_r4)(j.args[m], r0, r1);
+  else if (j.q8[m]) (j.x2 ? j.k->matmul_q8x2_rows : j.k->matmul_q8_rows)(j.args[m], r0, r1);
   else j.k->matmul_rows(j.args[m], r0, r1, j.scratch + size_t(thread) * j.scratch_stride);
 }
 
@@ -197,6 +259,11 @@ void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const 
     j.args[m] = cpu::MatmulArgs{w[m].dtype, w[m].data, w[m].row_bytes, x, y[m], w[m].cols, n, w[m].rows};
     j.q8[m] = mode_ != cpu::MatmulMode::Reference && cpu::q8_supported(w[m].dtype) && w[m].cols % 32 == 0 &&
               n <= xq_tokens_ && xq_;
+    if (w[m].layout == uint8_t(cpu::WeightLayout::R4)) {  // only the q8 kernels read it (RepackedWeights)
+      PKV_ASSERT(j.q8[m] && repacks_weights());
+      j.args[m].w_layout = cpu::WeightLayout::R4;
+      j.args[m].w_hdr = w[m].aux;
+    }
     if (j.q8[m]) {
       if (!quantized) {
         QuantizeJob qj{&k_, x, xq_, j.x2 ? xq2_ : nullptr, w[m].cols};

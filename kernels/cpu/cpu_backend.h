@@ -29,7 +29,10 @@ class CpuBackend final : public Backend {
   // Everything in ordinary host memory; weights read in place from the mapped file.
   MemorySpace state_space() const override { return MemorySpace::Host; }
   MemorySpace weights_space() const override { return MemorySpace::Host; }
-  std::string weights_key() const override { return "cpu"; }
+  // "cpu": the weights in place; "cpu-r4": in the q8 modes with R4 kernels (AVX-512 VNNI), the
+  // matmul weights that fit the R4 layout as R4 copies (cpu_backend.cpp RepackedWeights).
+  std::string weights_key() const override { return repacks_weights() ? "cpu-r4" : "cpu"; }
+  bool repacks_weights() const;
   Status map_weights(const HostRegion* regions, int n_regions, std::shared_ptr<WeightMapping>* out) override;
   Status allocate(MemorySpace space, size_t bytes, void** out) override;
   void release(MemorySpace space, void* p) override;

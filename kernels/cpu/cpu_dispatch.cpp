@@ -19,6 +19,7 @@ extern const KernelTable kPortableKernels;
 #if defined(__x86_64__) && defined(PHASEKV_HAVE_AVX2_KERNELS)
 extern const KernelTable kAvx2Kernels;
 extern const KernelTable kAvx2VnniKernels;
+extern const KernelTable kAvx512VnniRowsKernels;
 #endif
 #if defined(__aarch64__)
 extern const KernelTable kNeonKernels;
@@ -60,6 +61,8 @@ const KernelTable* kernels_by_name(const char* name) {
   if (std::strcmp(name, "avx2") == 0 && cpu_has_avx2()) return cpu_has_avx512vnni() ? &kAvx2VnniKernels : &kAvx2Kernels;
   if (std::strcmp(name, "avx2-maddubs") == 0 && cpu_has_avx2()) return &kAvx2Kernels;
   if (std::strcmp(name, "avx512vnni") == 0 && cpu_has_avx512vnni()) return &kAvx2VnniKernels;
+  // The same kernels on the file's rows only (no R4 copies of the weights): comparisons.
+  if (std::strcmp(name, "avx512vnni-rows") == 0 && cpu_has_avx512vnni()) return &kAvx512VnniRowsKernels;
 #endif
 #if defined(__aarch64__)
   if (std::strcmp(name, "neon") == 0) return cpu_has_dotprod() ? &kNeonDotprodKernels : &kNeonKernels;

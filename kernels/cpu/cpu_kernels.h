@@ -52,6 +52,35 @@ struct BlockQ8x2 {
 static_assert(sizeof(BlockQ8x2) == 76, "BlockQ8x2 is 76 bytes");
 
 // Y[t, r] = dot(W[r, :], X[t, :]) for rows r in [row_begin, row_end) and tokens t in [0, n_tok).
+// How a quantized matrix's bytes are laid out for the q8 kernels. Rows: the file's (GGUF's) rows,
+// what every kernel reads. R4 (Q4_0, Q4_1, Q8_0; the AVX-512 VNNI kernels only): four rows
+// interleaved block by block, made once when a context maps the model's weights (repack_r4), so
+// that decode loads a block of four rows with one aligned 512-bit load instead of gathering four
+// rows 18-34 bytes apart. For G = rows / 4 groups of nb = k / 32 blocks: first the packed weights,
+// block b of group g at (g nb + b) r4_quant_bytes -- Q4_0 / Q4_1: 64 bytes, byte i the element
+// i % 32 of row i / 32 in its low nibble and of row 2 + i / 32 in its high nibble (element e <
+// 16 the low nibble of the file's byte e, else the high nibble of byte e - 16); Q8_0: 128 bytes,
+// byte i the int8 element i % 32 of row i / 32 -- then the scales, block b of group g at
+// (g nb + b) r4_header_bytes: the four rows' f16 d, then (Q4_1) their f16 m. The same bytes in
+// all: 18, 20 and 34 per row and block.
+enum class WeightLayout : uint8_t { Rows = 0, R4 = 1 };
+constexpr bool r4_supported(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0;
+}
+constexpr int r4_quant_bytes(DType t) {
+  return t == DType::Q8_0 ? 128 : 64;
+}
+constexpr int r4_header_bytes(DType t) {
+  return t == DType::Q4_1 ? 16 : 8;
+}
+// Whether a rows x k matrix of type t can be held as R4 (r4_supported, rows a multiple of 4, k of 32).
+bool r4_fits(DType t, int rows, int k);
+// Bytes of the R4 copy (packed weights then scales); the header part starts at r4_hdr_offset.
+size_t r4_bytes(DType t, int rows, int k);
+size_t r4_hdr_offset(DType t, int rows, int k);
+// The R4 copy of `rows` rows of `row_bytes` bytes each (k columns of type t, r4_fits) into dst.
+void repack_r4(DType t, const void* src, size_t row_bytes, int rows, int k, void* dst);
+
 struct MatmulArgs {
   DType wtype;          // dtype of W
   const void* w;        // [n_rows, k] in wtype, rows contiguous
@@ -63,6 +92,10 @@ struct MatmulArgs {
   int ldy;              // row stride of Y (>= n_rows)
   const BlockQ8x* xq = nullptr;  // q8 mode: X quantized, [n_tok, k / 32] blocks
   const BlockQ8x2* xq2 = nullptr;  // q8x2 mode: the same with 15-bit activations
+  // WeightLayout::R4 (q8 modes only, KernelTable::matmul_q8_rows_r4): w is the matrix's packed
+  // weights and w_hdr its scales (repack_r4); w_row_bytes is unused.
+  WeightLayout w_layout = WeightLayout::Rows;
+  const void* w_hdr = nullptr;
 };
 
 struct KernelTable {
@@ -99,6 +132,11 @@ struct KernelTable {
   void (*softmax_q8)(float* x, int n);
   void (*silu_mul_q8)(const float* g, const float* u, float* out, int n);
   const char* q8_isa;  // the q8 kernels' instructions: "avx2", "avx512vnni", "neon-dotprod", "portable"
+  // matmul_q8_rows / matmul_q8x2_rows on matrices in the R4 layout (a.w_layout; rows and row_end
+  // multiples of 4), the same bits; nullptr where the table has no R4 kernels (then nothing is
+  // repacked for it).
+  void (*matmul_q8_rows_r4)(const MatmulArgs& a, int row_begin, int row_end) = nullptr;
+  void (*matmul_q8x2_rows_r4)(const MatmulArgs& a, int row_begin, int row_end) = nullptr;
 };
 
 // Weight types the q8 mode multiplies with integer dot products (others stay on the f32 path).
@@ -116,13 +154,13 @@ enum class MatmulMode : uint8_t {
 const char* matmul_mode_name(MatmulMode m);  // "reference", "q8", "q8x2"
 
 // A kernel spec: tokens separated by ':' — a mode ("reference", "q8", "q8x2") and/or an instruction set
-// ("avx2", "avx2-maddubs", "avx512vnni", "neon", "neon-dotprod", "neon-nodotprod", "portable"),
+// ("avx2", "avx2-maddubs", "avx512vnni", "avx512vnni-rows", "neon", "neon-dotprod", "neon-nodotprod", "portable"),
 // e.g. "q8", "avx2", "q8:portable". What the spec leaves out keeps *mode / *table as given.
 // false (with *bad set to the offending token) for an unknown or unavailable token.
 bool parse_kernel_spec(const char* spec, MatmulMode* mode, const KernelTable** table, std::string* bad);
 // Every instruction-set name parse_kernel_spec knows, for help and error texts (kernels_by_name
 // is the list's other half: add a name to both).
-inline constexpr const char* kKernelSetNames = "avx2, avx2-maddubs, avx512vnni, neon, neon-dotprod, neon-nodotprod, portable";
+inline constexpr const char* kKernelSetNames = "avx2, avx2-maddubs, avx512vnni, avx512vnni-rows, neon, neon-dotprod, neon-nodotprod, portable";
 
 // The table for this CPU (AVX2+FMA when the CPU has it, NEON on aarch64, else portable), or the
 // instruction set named in PHASEKV_KERNELS.

@@ -157,6 +157,13 @@ const KernelTable kAvx2Kernels = {
 // The same table with AVX-512 VNNI's vpdpbusd for the q8 lanes (kernels_avx512vnni.cpp).
 void matmul_q8_rows_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
 void matmul_q8x2_rows_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
+#if !defined(PKV_Q8_ZMM) || PKV_Q8_ZMM  // -DPKV_Q8_ZMM=0 (a comparison build): no 512-bit kernels, no R4
+void matmul_q8_rows_r4_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
+void matmul_q8x2_rows_r4_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
+#define PKV_R4_AVX512VNNI matmul_q8_rows_r4_avx512vnni, matmul_q8x2_rows_r4_avx512vnni
+#else
+#define PKV_R4_AVX512VNNI nullptr, nullptr
+#endif
 extern const KernelTable kAvx2VnniKernels;
 const KernelTable kAvx2VnniKernels = {
     "avx2",
@@ -173,6 +180,26 @@ const KernelTable kAvx2VnniKernels = {
     impl::softmax_q8<Vec8Avx2>,
     impl::silu_mul_q8<Vec8Avx2>,
     "avx512vnni",
+    PKV_R4_AVX512VNNI,
+};
+// kAvx2VnniKernels without the R4 kernels: the weights stay in the file's rows ("avx512vnni-rows",
+// for comparisons; the same bits).
+extern const KernelTable kAvx512VnniRowsKernels;
+const KernelTable kAvx512VnniRowsKernels = {
+    "avx2",
+    dequant_avx2,
+    impl::dot<Vec8Avx2>,
+    matmul_rows_avx2,
+    impl::axpy<Vec8Avx2>,
+    impl::dot_rows<Vec8Avx2>,
+    impl::axpy_rows<Vec8Avx2>,
+    q8::quantize_avx2,
+    matmul_q8_rows_avx512vnni,
+    q8::quantize_x2_portable,
+    matmul_q8x2_rows_avx512vnni,
+    impl::softmax_q8<Vec8Avx2>,
+    impl::silu_mul_q8<Vec8Avx2>,
+    "avx512vnni-rows",
 };
 
 }  // namespace cpu

@@ -19,6 +19,17 @@ void matmul_q8x2_rows_avx512vnni(const MatmulArgs& a, int row_begin, int row_end
   q8::matmul_rows<q8::Avx512VnniX2>(a, row_begin, row_end);
 }
 
+#if PKV_Q8_ZMM
+// The same on weights in the R4 layout (cpu_kernels.h WeightLayout::R4; q8_avx2.h tile4_r4).
+void matmul_q8_rows_r4_avx512vnni(const MatmulArgs& a, int row_begin, int row_end) {
+  q8::Avx512Vnni::matmul_rows_r4(a, row_begin, row_end);
+}
+
+void matmul_q8x2_rows_r4_avx512vnni(const MatmulArgs& a, int row_begin, int row_end) {
+  q8::Avx512VnniX2::matmul_rows_r4(a, row_begin, row_end);
+}
+#endif
+
 }  // namespace cpu
 }  // namespace phasekv
 #endif

@@ -685,6 +685,112 @@ struct PKV_Q8_AVX2_POLICY_T {
     }
     PKV_UNROLL for (int t = 0; t < NT; ++t) store4<T>(a, r0, t0 + t, acc[t][0], acc[t][1], accm[t]);
   }
+  // tile4_zmm on weights in the R4 layout (cpu_kernels.h WeightLayout::R4, repack_r4): four rows
+  // x NT tokens of group g (rows 4g .. 4g + 3). The same operations on the same values as
+  // tile4_zmm -- each row's eight lanes per block are the same dpbusd lane sums (elements 4j ..
+  // 4j + 3), scaled by the same products d_r * d_x,h, fused in block order, the minimum term
+  // m_r * s + acc per block in its own lane, hsum over the same eight lanes -- so the same bits;
+  // what changes is only how the values reach the registers: a block's 64 bytes of packed
+  // nibbles of all four rows in one aligned 512-bit load (two for Q8_0) that splits into the two
+  // row pairs with one shift and two ands, and the four rows' f16 scales in one 8-byte broadcast
+  // load, where tile4_zmm gathers them from four rows 20 bytes apart (four loads and inserts, the
+  // shuffle port's work) every block.
+  template <DType T, int NT>
+  static void tile4_r4(const MatmulArgs& a, int g, int t0) {
+    static_assert(T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q8_0, "tile4_r4: Q4_0, Q4_1 and Q8_0 (r4_supported)");
+    constexpr int kQ = r4_quant_bytes(T), kH = r4_header_bytes(T);
+    const int nb = a.k / 32;
+    const uint8_t* qs = static_cast<const uint8_t*>(a.w) + size_t(g) * nb * kQ;
+    const uint8_t* hs = static_cast<const uint8_t*>(a.w_hdr) + size_t(g) * nb * kH;
+    __m512 acc[NT][2];
+    __m128 accm[NT];  // lane r: row r's minimum term
+    PKV_UNROLL for (int t = 0; t < NT; ++t) {
+      acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+      accm[t] = _mm_setzero_ps();
+    }
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int b = 0; b < nb; ++b) {
+      const uint8_t* q = qs + size_t(b) * kQ;
+      const uint8_t* h = hs + size_t(b) * kH;
+      __builtin_prefetch(q + PKV_Q8_PREFETCH);
+      if constexpr (kQ == 128) __builtin_prefetch(q + 64 + PKV_Q8_PREFETCH);
+      if ((b & 3) == 0) __builtin_prefetch(h + PKV_Q8_PREFETCH / 4);
+      // [d_0 .. d_3] twice (an 8-byte broadcast load, converted exactly by F16C)
+      int64_t d16;
+      std::memcpy(&d16, h, 8);
+      const __m256 d8 = _mm256_cvtph_ps(_mm_set1_epi64x(d16));
+      __m128 m4 = _mm_setzero_ps();  // [m_0 .. m_3]: Q4_1's stored minima, Q4_0's d_r * -8 (load_scales' values)
+      if constexpr (T == DType::Q4_1) {
+        m4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + 8)));
+      } else if constexpr (T == DType::Q4_0) {
+        m4 = _mm_mul_ps(_mm256_castps256_ps128(d8), _mm_set1_ps(float(-offset_w<T>())));
+      }
+      __m512i w[2];
+      __mmask64 neg[2];
+      if constexpr (T == DType::Q8_0) {
+        PKV_UNROLL for (int p = 0; p < 2; ++p) {
+          const __m512i v = _mm512_loadu_si512(q + 64 * p);
+          neg[p] = _mm512_movepi8_mask(v);
+          w[p] = _mm512_abs_epi8(v);
+        }
+      } else {  // low nibbles rows 0, 1; high nibbles rows 2, 3 (repack_r4)
+        const __m512i v = _mm512_loadu_si512(q);
+        w[0] = _mm512_and_si512(v, low4);
+        w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      }
+      PKV_UNROLL for (int t = 0; t < NT; ++t) {
+        const XB& x = xq_of<X2>(a)[size_t(t0 + t) * nb + b];
+        const __m256 sp = _mm256_mul_ps(d8, xscale(x));  // lane r: d_r * d_x0, r + 4: d_r * d_x1
+        if constexpr (T != DType::Q8_0) accm[t] = _mm_fmadd_ps(m4, _mm_broadcast_ss(&x.s), accm[t]);
+        const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q)));
+        __m512i xr;
+        if constexpr (X2) xr = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.r)));
+        PKV_UNROLL for (int p = 0; p < 2; ++p) {
+          const __m512i xs = T == DType::Q8_0 ? _mm512_mask_sub_epi8(xq, neg[p], _mm512_setzero_si512(), xq) : xq;
+          __m512i l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[p], xs);
+          if constexpr (X2) {
+            const __m512i rs = T == DType::Q8_0 ? _mm512_mask_sub_epi8(xr, neg[p], _mm512_setzero_si512(), xr) : xr;
+            l = _mm512_dpbusd_epi32(_mm512_slli_epi32(l, 7), w[p], rs);
+          }
+          acc[t][p] = _mm512_fmadd_ps(pair_scales(sp, p), _mm512_cvtepi32_ps(l), acc[t][p]);
+        }
+      }
+    }
+    PKV_UNROLL for (int t = 0; t < NT; ++t) {
+      float* y = a.y + size_t(t0 + t) * a.ldy + 4 * size_t(g);
+      const __m256 r8[4] = {_mm512_castps512_ps256(acc[t][0]), upper(acc[t][0]), _mm512_castps512_ps256(acc[t][1]), upper(acc[t][1])};
+      alignas(16) float m[4];
+      _mm_store_ps(m, accm[t]);
+      PKV_UNROLL for (int r = 0; r < 4; ++r) y[r] = T == DType::Q8_0 ? hsum(r8[r]) : hsum(r8[r]) + m[r];
+    }
+  }
+  // Rows [row_begin, row_end) (multiples of 4) of a matrix in the R4 layout: rows()'s walk --
+  // tokens in blocks of PKV_Q8_TOKEN_BLOCK, each block's tokens in tiles of 8, then 4, then 1.
+  template <DType T>
+  static void rows_r4(const MatmulArgs& a, int row_begin, int row_end) {
+    PKV_ASSERT(row_begin % 4 == 0 && row_end % 4 == 0);
+    if (a.n_tok == 1) {
+      for (int r = row_begin; r < row_end; r += 4) tile4_r4<T, 1>(a, r / 4, 0);
+      return;
+    }
+    for (int t0 = 0; t0 < a.n_tok; t0 += PKV_Q8_TOKEN_BLOCK) {
+      const int t1 = std::min(a.n_tok, t0 + PKV_Q8_TOKEN_BLOCK);
+      for (int r = row_begin; r < row_end; r += 4) {
+        int t = t0;
+        for (; t + 8 <= t1; t += 8) tile4_r4<T, 8>(a, r / 4, t);
+        for (; t + 4 <= t1; t += 4) tile4_r4<T, 4>(a, r / 4, t);
+        for (; t < t1; ++t) tile4_r4<T, 1>(a, r / 4, t);
+      }
+    }
+  }
+  static void matmul_rows_r4(const MatmulArgs& a, int row_begin, int row_end) {
+    switch (a.wtype) {
+      case DType::Q4_0: return rows_r4<DType::Q4_0>(a, row_begin, row_end);
+      case DType::Q4_1: return rows_r4<DType::Q4_1>(a, row_begin, row_end);
+      case DType::Q8_0: return rows_r4<DType::Q8_0>(a, row_begin, row_end);
+      default: PKV_ASSERT(!"matmul_q8_rows_r4: a weight type without an R4 layout (r4_supported)");
+    }
+  }
 #if !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

@@ -3,7 +3,8 @@
 // streamed from DRAM (--rows 262144: 94 MB of Q4_1). Every instruction set is timed in each
 // round, rounds interleaved, so a noisy host slows all of them alike; prints the median round.
 // Checks the instruction sets' outputs equal the portable kernels' bit for bit before timing
-// (the portable kernels themselves are timed only where there is no other).
+// (the portable kernels themselves are timed only where there is no other), and, where the
+// AVX-512 VNNI kernels are, the same on the R4 layout (cpu_kernels.h WeightLayout).
 //   phasekv_q8_bench [--type Q4_1] [--rows 192] [--k 576, K-quants 768] [--rounds 9] [--ms 200]
 #include <algorithm>
 #include <cerrno>
@@ -140,28 +141,53 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // What is timed: each table's kernels on the file's rows, and (AVX-512 VNNI) on the R4 layout.
+  struct Entry {
+    std::string name;
+    void (*fn)(const cpu::MatmulArgs&, int, int);
+    cpu::MatmulArgs a;
+  };
+  std::vector<Entry> es;
   // The portable kernels (30-50x slower) only checked, not timed, where an instruction set is.
-  if (ts.size() > 1) ts.erase(ts.begin());
+  for (size_t i = ts.size() > 1 ? 1 : 0; i < ts.size(); ++i) es.push_back({ts[i]->q8_isa, ts[i]->matmul_q8_rows, a});
+  std::vector<uint8_t> r4;
+  for (const cpu::KernelTable* t : ts)
+    if (t->matmul_q8_rows_r4 && cpu::r4_fits(dt, rows, k)) {
+      r4.resize(cpu::r4_bytes(dt, rows, k));
+      cpu::repack_r4(dt, w.data(), rb, rows, k, r4.data());
+      Entry e{std::string(t->q8_isa) + "-r4", t->matmul_q8_rows_r4, a};
+      e.a.w = r4.data();
+      e.a.w_layout = cpu::WeightLayout::R4;
+      e.a.w_hdr = r4.data() + cpu::r4_hdr_offset(dt, rows, k);
+      std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
+      e.a.y = y.data();
+      e.fn(e.a, 0, rows);
+      if (std::memcmp(y.data(), y_ref.data(), y.size() * sizeof(float)) != 0) {
+        std::fprintf(stderr, "%s: %s's outputs differ from the portable kernels'\n", argv[0], e.name.c_str());
+        return 1;
+      }
+      es.push_back(e);
+    }
   // Calls per timed round: about --ms milliseconds at 1 Gblock/s (blocks: 32-weight blocks times tokens).
   const double blocks = double(rows) * (k / 32) * tokens;
   const int calls = int(std::min(1e9, std::max(1.0, ms * 1e6 / blocks)));
-  std::vector<std::vector<double>> gbs(ts.size());
+  std::vector<std::vector<double>> gbs(es.size());
   using clock = std::chrono::steady_clock;
   for (int r = 0; r < rounds; ++r)
-    for (size_t i = 0; i < ts.size(); ++i) {  // the median printed below: the upper one for an even count
+    for (size_t i = 0; i < es.size(); ++i) {  // the median printed below: the upper one for an even count
       const auto t0 = clock::now();
-      for (int c = 0; c < calls; ++c) ts[i]->matmul_q8_rows(a, 0, rows);
+      for (int c = 0; c < calls; ++c) es[i].fn(es[i].a, 0, rows);
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
       gbs[i].push_back(blocks * calls / s / 1e9);
     }
   std::printf("q8 %s matmul, %s, %d rows x k %d (%.1f KiB of weights) x %d tokens, %d calls per round, %d rounds%s:\n",
               tokens == 1 ? "decode" : "prefill", ty->name, rows, k, double(w.size()) / 1024, tokens, calls, rounds,
               tokens == 1 ? "" : " (Gblock/s: blocks times tokens; GB/s: of weights read once per call)");
-  for (size_t i = 0; i < ts.size(); ++i) {
+  for (size_t i = 0; i < es.size(); ++i) {
     std::vector<double> v = gbs[i];
     std::sort(v.begin(), v.end());
     const double med = v[v.size() / 2];
-    std::printf("  %-14s median %.3f Gblock/s = %5.1f GB/s of weights (rounds %.3f .. %.3f)\n", ts[i]->q8_isa, med,
+    std::printf("  %-17s median %.3f Gblock/s = %5.1f GB/s of weights (rounds %.3f .. %.3f)\n", es[i].name.c_str(), med,
                 med * blk / tokens, v.front(), v.back());
   }
   return 0;

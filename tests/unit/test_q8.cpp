@@ -164,6 +164,7 @@ uint32_t bits(float f) {
 struct Q8Ops {
   using XB = BlockQ8x;
   static constexpr const char* kName = "q8";
+  static constexpr bool kX2 = false;
   static void quant(const cpu::KernelTable& t, const float* x, XB* o, int k) { t.quantize_q8(x, o, k); }
   static void mm(const cpu::KernelTable& t, const cpu::MatmulArgs& a, int r0, int r1) { t.matmul_q8_rows(a, r0, r1); }
   static void set(cpu::MatmulArgs& a, const XB* p) { a.xq = p; }
@@ -172,6 +173,7 @@ struct Q8Ops {
 struct Q8x2Ops {
   using XB = cpu::BlockQ8x2;
   static constexpr const char* kName = "q8x2";
+  static constexpr bool kX2 = true;
   static void quant(const cpu::KernelTable& t, const float* x, XB* o, int k) { t.quantize_q8x2(x, o, k); }
   static void mm(const cpu::KernelTable& t, const cpu::MatmulArgs& a, int r0, int r1) { t.matmul_q8x2_rows(a, r0, r1); }
   static void set(cpu::MatmulArgs& a, const XB* p) { a.xq2 = p; }
@@ -311,6 +313,88 @@ TEST_CASE("q8: every instruction set's quantizer and products equal the portable
 
 TEST_CASE("q8x2: every instruction set's quantizer and products equal the portable kernels bit for bit") {
   isa_bits_case<Q8x2Ops>();
+}
+
+// The R4 layout (cpu_kernels.h WeightLayout): repack_r4's bytes read back by the layout's own
+// description (independent of the kernels) give decode32's integers and scales; and every table
+// with R4 kernels gives the portable kernels' bits on the repacked matrix, for both modes,
+// decode and prefill token counts, with the rows split as threads split them.
+template <class O>
+void r4_case() {
+  using XB = typename O::XB;
+  std::mt19937 rng(17);
+  const cpu::KernelTable& ref = *cpu::kernels_by_name("portable");
+  int tested = 0;
+  for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    for (int rows : {4, 36}) {
+      const int k = 576, nb = k / 32;
+      size_t rb = 0;
+      const std::vector<uint8_t> w = weights(dt, rows, k, rng, &rb);
+      REQUIRE(cpu::r4_fits(dt, rows, k));
+      CHECK(cpu::r4_bytes(dt, rows, k) == rb * size_t(rows));  // the same bytes as the file's rows
+      std::vector<uint8_t> r4(cpu::r4_bytes(dt, rows, k));
+      cpu::repack_r4(dt, w.data(), rb, rows, k, r4.data());
+      const uint8_t* hdr = r4.data() + cpu::r4_hdr_offset(dt, rows, k);
+      size_t bad = 0;
+      for (int r = 0; r < rows; ++r)
+        for (int b = 0; b < nb; ++b) {
+          const Block32 want = decode32(dt, w.data() + size_t(r) * rb, b);
+          const int g = r / 4, i = r % 4;
+          const uint8_t* q = r4.data() + (size_t(g) * nb + b) * cpu::r4_quant_bytes(dt);
+          const uint8_t* h = hdr + (size_t(g) * nb + b) * cpu::r4_header_bytes(dt);
+          bad += h2f(h + 2 * i) != want.dw[0];
+          if (dt == DType::Q4_1) bad += h2f(h + 8 + 2 * i) != want.m;
+          for (int e = 0; e < 32; ++e) {
+            long v;
+            if (dt == DType::Q8_0) {
+              v = long(int8_t(q[32 * i + e]));
+            } else {  // rows 0, 1 low nibbles of bytes 0..31, 32..63; rows 2, 3 the high nibbles
+              const uint8_t byte = q[32 * (i % 2) + e];
+              v = i < 2 ? (byte & 0x0f) : (byte >> 4);
+            }
+            bad += v != want.q[e];
+          }
+        }
+      INFO("R4 layout " << dtype_name(dt) << " rows " << rows);
+      CHECK(bad == 0);
+      for (int n : {1, 3, 4, 8, 13, 37}) {
+        const std::vector<float> x = activations(n, k, rng);
+        std::vector<XB> xq(size_t(n) * nb);
+        for (int t = 0; t < n; ++t) O::quant(ref, x.data() + size_t(t) * k, xq.data() + size_t(t) * nb, k);
+        std::vector<float> y_ref(size_t(n) * rows), y(size_t(n) * rows);
+        cpu::MatmulArgs a{dt, w.data(), rb, x.data(), y_ref.data(), k, n, rows};
+        O::set(a, xq.data());
+        O::mm(ref, a, 0, rows);
+        for (const cpu::KernelTable* t : tables()) {
+          auto fn = O::kX2 ? t->matmul_q8x2_rows_r4 : t->matmul_q8_rows_r4;
+          if (!fn) continue;
+          cpu::MatmulArgs b = a;
+          b.w = r4.data();
+          b.w_layout = cpu::WeightLayout::R4;
+          b.w_hdr = hdr;
+          b.y = y.data();
+          std::fill(y.begin(), y.end(), -1.0f);
+          const int split = rows > 4 ? 8 : 4;
+          fn(b, 0, split);
+          if (split < rows) fn(b, split, rows);
+          size_t diff = 0;
+          for (size_t i = 0; i < y.size(); ++i) diff += bits(y[i]) != bits(y_ref[i]);
+          INFO(O::kName << " R4 " << t->q8_isa << " " << dtype_name(dt) << " rows " << rows << " n=" << n);
+          CHECK(diff == 0);
+          ++tested;
+        }
+      }
+    }
+  }
+  if (tested == 0) MESSAGE("skipped: no instruction set with R4 kernels on this CPU (AVX-512 VNNI)");
+}
+
+TEST_CASE("q8: the R4 layout reads back as the file's blocks, and R4 kernels equal the portable kernels bit for bit") {
+  r4_case<Q8Ops>();
+}
+
+TEST_CASE("q8x2: R4 kernels equal the portable kernels bit for bit") {
+  r4_case<Q8x2Ops>();
 }
 
 TEST_CASE("q8: softmax_q8 and silu_mul_q8 within a few ulp of double precision, the same bits on every instruction set") {
@@ -540,6 +624,61 @@ TEST_CASE("q8 mode on tiny.gguf: deterministic across chunking and threads, clos
     CHECK(median2 > 0);
     CHECK(median2 <= 0.05 / 64);
     CHECK(worst2 <= 0.35 / 32);
+  }
+}
+
+TEST_CASE("q8 modes on tiny.gguf: the R4 weight copies give the file rows' bits, token by token and in prefill") {
+  // (The kernels themselves against the portable ones: the R4 test cases above.)
+  if (!cpu::kernels_by_name("avx512vnni")) {
+    MESSAGE("skipped: no AVX-512 VNNI here (the R4 kernels)");
+    return;
+  }
+  const std::string pkv = tmp_path("q8_r4_tiny.pkv");
+  REQUIRE(convert_gguf_to_pkv(data_dir() + "/tiny.gguf", pkv, ImportOptions{}).ok());
+  std::unique_ptr<Model> m;
+  REQUIRE(Model::load(pkv, &m).ok());
+  std::remove(pkv.c_str());
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back(int32_t((i * 53 + 11) % int(m->config().vocab_size)));
+  const size_t V = m->config().vocab_size;
+  for (const char* mode : {"q8", "q8x2"}) {
+    auto run = [&](const std::string& isa, uint32_t batch, std::string* weights_mode, uint64_t* copy_bytes) {
+      ContextParams p;
+      p.n_ctx = uint32_t(ids.size()) + 4;
+      p.n_batch = batch;
+      p.n_threads = 2;
+      const std::string spec = std::string(mode) + ":" + isa;
+      p.kernels = spec.c_str();
+      std::unique_ptr<Context> ctx;
+      REQUIRE(Context::create(*m, p, &ctx).ok());
+      *weights_mode = ctx->weights().mode();
+      *copy_bytes = ctx->weights().bytes();
+      std::vector<float> all;
+      if (batch == 1) {
+        for (int32_t t : ids) {
+          REQUIRE(ctx->decode(t).ok());
+          all.insert(all.end(), ctx->logits(), ctx->logits() + V);
+        }
+      } else {
+        REQUIRE(ctx->prefill(ids.data(), ids.size()).ok());
+        all.assign(ctx->logits(), ctx->logits() + V);
+      }
+      return all;
+    };
+    // The same table with and without the R4 copies ("avx512vnni-rows"): tiny.gguf's F16 / BF16 /
+    // F32 matrices take the f32 path, whose 8-lane kernels differ from the portable table's in
+    // the last bits, so the tables compared end to end differ only in the layout.
+    std::string wm_r4, wm_rows;
+    uint64_t b_r4 = 0, b_rows = 0;
+    const std::vector<float> r4 = run("avx512vnni", 1, &wm_r4, &b_r4), rows = run("avx512vnni-rows", 1, &wm_rows, &b_rows);
+    INFO(mode << ": weights " << wm_r4 << " (" << b_r4 << " bytes copied) vs " << wm_rows);
+    CHECK(b_r4 > 0);  // tiny.gguf's Q4_0 / Q4_1 / Q8_0 matrices were repacked
+    CHECK(b_rows == 0);
+    CHECK(wm_r4 != wm_rows);
+    CHECK(std::memcmp(r4.data(), rows.data(), r4.size() * 4) == 0);
+    const std::vector<float> r4p = run("avx512vnni", 16, &wm_r4, &b_r4), rowsp = run("avx512vnni-rows", 16, &wm_rows, &b_rows);
+    CHECK(std::memcmp(r4p.data(), rowsp.data(), V * 4) == 0);
+    CHECK(std::memcmp(r4p.data(), r4.data() + r4.size() - V, V * 4) == 0);
   }
 }
 
