@@ -55,6 +55,9 @@ struct ScoreResult {
 struct HostRegion {
   const void* data = nullptr;
   size_t bytes = 0;
+  // Pages of a read-only file mapping (the model file, mapped): a backend that has copied some of
+  // them may drop them from the process (madvise); a later read faults them back from the file.
+  bool file_mapped = false;
 };
 
 // The weights as a backend's ops read them: identity on the CPU; on a discrete GPU one device

@@ -176,8 +176,9 @@ Status Context::bind_weights() {
     D.kh_norm = tr(L.kh_norm);
   }
   token_embd_ = trw(model_.token_embd());
-  // A tied output matrix is the embedding table, which embed() reads by rows.
-  output_ = trw(model_.output(), model_.output().data != model_.token_embd().data);
+  // Only matmul reads output_ (a tied one is also token_embd_, which embed() reads by rows: that
+  // view stays in place, and an R4 copy, if the backend makes one, is the output's own).
+  output_ = trw(model_.output(), true);
   output_norm_ = tr(model_.output_norm());
   inv_freq_ = tr(model_.rope_inv_freq());
   PKV_RETURN_IF_ERROR(st);

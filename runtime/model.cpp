@@ -55,7 +55,7 @@ Status Model::weights_for(Backend& backend, std::shared_ptr<WeightMapping>* out)
       return Status::Ok();
     }
   std::vector<HostRegion> regions;
-  regions.push_back({file_->blob(), size_t(file_->header().blob_size)});
+  regions.push_back({file_->blob(), size_t(file_->header().blob_size), file_->mapped()});
   for (const std::vector<float>& n : converted_norms_) regions.push_back({n.data(), n.size() * sizeof(float)});
   if (!rope_inv_freq_.empty()) regions.push_back({rope_inv_freq_.data(), rope_inv_freq_.size() * sizeof(float)});
   std::shared_ptr<WeightMapping> m;

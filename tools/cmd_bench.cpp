@@ -38,11 +38,13 @@ struct BenchArgs {
 };
 
 // Resident set size now (bytes), from /proc/self/statm.
-uint64_t current_rss() {
+// Resident pages that are not a file's (statm's resident less shared): a context's arena and
+// scratch, and weight copies -- not the mapped model file's pages, which a copy may drop.
+uint64_t current_anon_rss() {
   std::ifstream f("/proc/self/statm");
-  uint64_t size = 0, resident = 0;
-  f >> size >> resident;
-  return resident * uint64_t(sysconf(_SC_PAGESIZE));
+  uint64_t size = 0, resident = 0, shared = 0;
+  f >> size >> resident >> shared;
+  return (resident > shared ? resident - shared : 0) * uint64_t(sysconf(_SC_PAGESIZE));
 }
 
 std::string cpu_model() {
@@ -87,11 +89,17 @@ int run_bench(const BenchArgs& a) {
   cp.cuda_weights = a.be.weights();
   cp.kernels = a.be.kernel_spec(kCommandKernels);
   std::unique_ptr<Context> ctx;
-  const uint64_t rss_before = current_rss();
+  const uint64_t rss_before = current_anon_rss();
   s = Context::create(*model, cp, &ctx);
   if (!s.ok()) return report("bench", s);
-  // Every arena page is touched at creation, so the RSS growth is the context's real footprint.
-  const uint64_t rss_context = current_rss() - rss_before;
+  // Every arena page is touched at creation, so the growth of the resident pages that are not the
+  // model file's is the context's real footprint -- plus the weight copies the model's first
+  // context of a kind makes then (the CPU's R4 copies in the q8 modes, cpu_kernels.h
+  // WeightLayout), counted apart: they are the model's, shared.
+  const uint64_t anon_after = current_anon_rss();
+  const uint64_t rss_grown = anon_after > rss_before ? anon_after - rss_before : 0;
+  const uint64_t weights_copy = ctx->weights().space() == MemorySpace::Host ? ctx->weights().bytes() : 0;
+  const uint64_t rss_context = rss_grown > weights_copy ? rss_grown - weights_copy : 0;
   const MemoryPlan& plan = ctx->plan();
 
   // Random non-special tokens (tokenization and sampling are not part of the timings).
@@ -179,6 +187,8 @@ int run_bench(const BenchArgs& a) {
                                     {"context_bytes_planned", plan.arena_bytes},
                                     {"context_bytes_allocated", ctx->allocated_bytes()},
                                     {"context_rss_bytes_measured", rss_context},
+                                    {"weights_copy_bytes", ctx->weights().bytes()},
+                                    {"weights_mode", ctx->weights().mode()},
                                     {"scratch_bytes_planned", plan.scratch_bytes},
                                     {"workspace_bytes_planned", plan.workspace_bytes}}},
                         {"reps", a.reps},
@@ -204,6 +214,9 @@ int run_bench(const BenchArgs& a) {
               "at creation %llu B (%.1f MiB)\n",
               cp.n_ctx, (unsigned long long)plan.kv_bytes_total, double(plan.kv_bytes_total) / 1048576.0,
               (unsigned long long)plan.arena_bytes, (unsigned long long)rss_context, double(rss_context) / 1048576.0);
+  if (ctx->weights().bytes() > 0)
+    std::printf("weights    %s: %.1f MiB (the model's, shared by its contexts; not in the growth above)\n",
+                ctx->weights().mode(), double(ctx->weights().bytes()) / 1048576.0);
   if (!pp.empty() || !tg.empty())
     std::printf("| test          | tokens/s            | runs |\n|---------------|---------------------|------|\n");
   if (!pp.empty()) std::printf("| pp%-11d | %8.1f +- %-8.1f | %4d |\n", a.n_prompt, sp.mean, sp.sd, a.reps);

@@ -7,6 +7,9 @@
 #include <mutex>
 #include <vector>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace phasekv {
 
 CpuBackend::CpuBackend(int n_threads, const cpu::KernelTable* table, cpu::MatmulMode mode)
@@ -42,7 +45,7 @@ class InPlaceWeights final : public WeightMapping {
 // again (the page cache may drop them).
 class RepackedWeights final : public WeightMapping {
  public:
-  RepackedWeights(const HostRegion* r, int n) {
+  RepackedWeights(const HostRegion* r, int n) : host_(r, r + n) {
     for (int i = 0; i < n; ++i) {
       const uint8_t* p = static_cast<const uint8_t*>(r[i].data);
       regions_.push_back({p, r[i].bytes, p});
@@ -66,6 +69,7 @@ class RepackedWeights final : public WeightMapping {
         return make_error(StatusCode::kOutOfMemory, "cannot allocate %zu bytes of host memory for the R4 copy of a %d x %d %s matrix",
                           bytes, host.rows, host.cols, dtype_name(host.dtype));
       cpu::repack_r4(host.dtype, out->data, host.row_bytes, host.rows, host.cols, p);
+      drop_file_pages(out->data, host.row_bytes * size_t(host.rows));
       copies_.push_back({out->data, host.dtype, host.rows, host.cols, static_cast<uint8_t*>(p)});
       bytes_ += bytes;
       c = &copies_.back();
@@ -83,6 +87,21 @@ class RepackedWeights final : public WeightMapping {
     int rows, cols;
     uint8_t* r4;
   };
+  // The copied matrix's whole pages of a mapped model file leave the process's resident set (the
+  // page cache keeps them): what is resident is then the copy instead of the file's pages, not
+  // both. The pages it shares with a neighbour stay; a later read of a dropped page (a tied
+  // embedding's row, a reference-mode context of the same model) faults it back from the file,
+  // as the first read of a mapped page always does.
+  void drop_file_pages(const void* data, size_t bytes) const {
+    const uintptr_t p = uintptr_t(data), page = uintptr_t(sysconf(_SC_PAGESIZE));
+    for (const HostRegion& r : host_) {
+      const uintptr_t b = uintptr_t(r.data);
+      if (!r.file_mapped || p < b || p + bytes > b + r.bytes) continue;
+      const uintptr_t lo = (p + page - 1) & ~(page - 1), hi = (p + bytes) & ~(page - 1);
+      if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // a hint: a failure changes nothing
+    }
+  }
+  std::vector<HostRegion> host_;
   mutable std::mutex mu_;
   mutable std::vector<Copy> copies_;
 };
