@@ -70,9 +70,9 @@ inline void quantize_portable(const float* x, BlockQ8x* out, int k) {
   }
 }
 
-// The q8x2 quantizer every instruction set uses (BlockQ8x2 in cpu_kernels.h): Q = x / d to 15 bits,
-// split as Q = 128 q + r. (Activation quantization is under 1 % of a decode step: one scalar
-// version, compiled per instruction set, serves every table.)
+// The q8x2 quantizer (BlockQ8x2 in cpu_kernels.h): Q = x / d to 15 bits, split as Q = 128 q + r.
+// The portable and NEON tables' (one scalar version, compiled per instruction set); the x86
+// tables' quantize_x2_avx2 (q8_avx2.h) gives its bits.
 inline void quantize_x2_portable(const float* x, BlockQ8x2* out, int k) {
   constexpr float kLevels = 16256.0f;  // 127 * 128
   for (int b = 0; b < k / 32; ++b) {
