@@ -264,10 +264,14 @@ void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const 
   int total_rows = 0;
   for (int m = 0; m < n_mats; ++m) total_rows += w[m].rows;
   // Enough blocks to balance the threads; multiples of 4 rows (the kernel's row tile).
-  // Row blocks per thread, handed out dynamically. 1, 2, 4, 8 and 32 measured the same for
-  // SmolLM2 decode at 2 threads within this VM's noise (2026-12-01); 8 balances a slow thread.
+  // Row blocks per thread, handed out dynamically. With the R4 weights and the pool's counters on
+  // lines of their own, 4 decodes faster than 8 (SmolLM2 q8x2, 2 threads, Emerald Rapids host:
+  // 303-333 vs 281-314 tok/s over 8 interleaved rounds; 1 and 2 within the noise of 4; 16
+  // 277-302; pp512 the same): each grab of a task is a contended atomic (~75 ns, perf), and decode
+  // has ~150 matmuls a token (docs/PERFORMANCE.md, nineteenth session). 4 still lets a fast thread
+  // take over from a slow one.
 #ifndef PKV_MATMUL_TASKS_PER_THREAD
-#define PKV_MATMUL_TASKS_PER_THREAD 8
+#define PKV_MATMUL_TASKS_PER_THREAD 4
 #endif
   int block = total_rows / (pool_.size() * PKV_MATMUL_TASKS_PER_THREAD);
   block = std::max(4, (block + 3) & ~3);

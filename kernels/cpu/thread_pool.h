@@ -33,14 +33,18 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  TaskFn fn_ = nullptr;
+  // Each op's fields, and then every counter another thread spins on or increments, on a cache
+  // line of its own: sharing one line, a worker's spin on generation_ and every task grab on
+  // next_ took the line from the thread that was writing the next (false sharing; decode issues
+  // ~150 ops a token, 16 task grabs each at 2 threads: docs/PERFORMANCE.md, nineteenth session).
+  alignas(64) TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
   int n_tasks_ = 0;
-  std::atomic<int> next_{0};
-  std::atomic<int> done_{0};
-  std::atomic<unsigned> generation_{0};
-  std::atomic<int> sleeping_{0};
-  std::atomic<int> started_{0};  // workers that have entered worker(): the constructor waits for all
+  alignas(64) std::atomic<int> next_{0};
+  alignas(64) std::atomic<int> done_{0};
+  alignas(64) std::atomic<unsigned> generation_{0};
+  alignas(64) std::atomic<int> sleeping_{0};
+  alignas(64) std::atomic<int> started_{0};  // workers that have entered worker(): the constructor waits for all
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;
