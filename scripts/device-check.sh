@@ -76,7 +76,7 @@ NVFLAGS="-std=c++17 -O2 -Xcompiler=-ffp-contract=off -gencode arch=compute_$ARCH
 # model_format/ and runtime/ file, the CPU backend without its ISA tables (compiled below with
 # their flags; NEON ones are for aarch64), the CUDA backend, and the gates reader.
 LIB_CXX="$(echo model_format/*.cpp runtime/*.cpp) kernels/backend.cpp kernels/cpu/cpu_dispatch.cpp
-  kernels/cpu/kernels_portable.cpp kernels/cpu/thread_pool.cpp kernels/cpu/cpu_backend.cpp
+  kernels/cpu/kernels_portable.cpp kernels/cpu/q8_r4.cpp kernels/cpu/thread_pool.cpp kernels/cpu/cpu_backend.cpp
   $(echo kernels/cuda/*.cpp) tools/safetensors.cpp"
 LIB_CU="$(echo kernels/cuda/*.cu)"
 build() {

@@ -40,9 +40,9 @@ class InPlaceWeights final : public WeightMapping {
 
 // In place too, except the matrices only matmul reads that fit the R4 layout (Q4_0, Q4_1, Q8_0;
 // cpu_kernels.h WeightLayout): those are read from an R4 copy, made when a context first asks
-// for the matrix (Context::bind_weights) and shared by every context of the model in the same
-// mode. The copy has the file's size; the file's pages of a repacked matrix are then not read
-// again (the page cache may drop them).
+// for the matrix (Context::bind_weights, never a prefill or decode) and shared by every later
+// context of the model that repacks (weights_key "cpu-r4"). The copy has the file's size, and
+// the file's pages of the copied matrix leave the resident set (drop_file_pages).
 class RepackedWeights final : public WeightMapping {
  public:
   RepackedWeights(const HostRegion* r, int n) : host_(r, r + n) {
