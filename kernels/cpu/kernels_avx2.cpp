@@ -164,43 +164,33 @@ void matmul_q8x2_rows_r4_avx512vnni(const MatmulArgs& a, int row_begin, int row_
 #else
 #define PKV_R4_AVX512VNNI nullptr, nullptr
 #endif
+// The AVX2 table with AVX-512 VNNI's q8 kernels, named q8_isa, with the R4 kernels given (a
+// constant expression: the tables are initialized before any code runs).
+constexpr KernelTable vnni_table(const char* q8_isa, void (*r4)(const MatmulArgs&, int, int),
+                                 void (*r4x2)(const MatmulArgs&, int, int)) {
+  return {"avx2",
+          dequant_avx2,
+          impl::dot<Vec8Avx2>,
+          matmul_rows_avx2,
+          impl::axpy<Vec8Avx2>,
+          impl::dot_rows<Vec8Avx2>,
+          impl::axpy_rows<Vec8Avx2>,
+          q8::quantize_avx2,
+          matmul_q8_rows_avx512vnni,
+          q8::quantize_x2_avx2,
+          matmul_q8x2_rows_avx512vnni,
+          impl::softmax_q8<Vec8Avx2>,
+          impl::silu_mul_q8<Vec8Avx2>,
+          q8_isa,
+          r4,
+          r4x2};
+}
 extern const KernelTable kAvx2VnniKernels;
-const KernelTable kAvx2VnniKernels = {
-    "avx2",
-    dequant_avx2,
-    impl::dot<Vec8Avx2>,
-    matmul_rows_avx2,
-    impl::axpy<Vec8Avx2>,
-    impl::dot_rows<Vec8Avx2>,
-    impl::axpy_rows<Vec8Avx2>,
-    q8::quantize_avx2,
-    matmul_q8_rows_avx512vnni,
-    q8::quantize_x2_avx2,
-    matmul_q8x2_rows_avx512vnni,
-    impl::softmax_q8<Vec8Avx2>,
-    impl::silu_mul_q8<Vec8Avx2>,
-    "avx512vnni",
-    PKV_R4_AVX512VNNI,
-};
-// kAvx2VnniKernels without the R4 kernels: the weights stay in the file's rows ("avx512vnni-rows",
-// for comparisons; the same bits).
+constexpr KernelTable kAvx2VnniKernels = vnni_table("avx512vnni", PKV_R4_AVX512VNNI);
+// Without the R4 kernels: the weights stay in the file's rows ("avx512vnni-rows", for
+// comparisons; the same bits).
 extern const KernelTable kAvx512VnniRowsKernels;
-const KernelTable kAvx512VnniRowsKernels = {
-    "avx2",
-    dequant_avx2,
-    impl::dot<Vec8Avx2>,
-    matmul_rows_avx2,
-    impl::axpy<Vec8Avx2>,
-    impl::dot_rows<Vec8Avx2>,
-    impl::axpy_rows<Vec8Avx2>,
-    q8::quantize_avx2,
-    matmul_q8_rows_avx512vnni,
-    q8::quantize_x2_avx2,
-    matmul_q8x2_rows_avx512vnni,
-    impl::softmax_q8<Vec8Avx2>,
-    impl::silu_mul_q8<Vec8Avx2>,
-    "avx512vnni-rows",
-};
+constexpr KernelTable kAvx512VnniRowsKernels = vnni_table("avx512vnni-rows", nullptr, nullptr);
 
 }  // namespace cpu
 }  // namespace phasekv

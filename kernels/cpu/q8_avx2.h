@@ -812,21 +812,26 @@ using Avx2 = Avx2T<false>;
 using Avx2X2 = Avx2T<true>;
 #endif
 
+// max |x| over 16 floats (exact in any order: half_amax's value).
+inline float amax16(__m256 v0, __m256 v1) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 mx = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+  return _mm_cvtss_f32(m4);
+}
+
 // Equal bit for bit to quantize_portable: max of |x| (exact in any order), the same division
 // and reciprocal, x * id rounded half to even by cvtps (MXCSR's default), clamped.
 inline void quantize_avx2(const float* x, BlockQ8x* out, int k) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int b = 0; b < k / 32; ++b) {
     __m256i q[4];
     int sum[2];
     for (int h = 0; h < 2; ++h) {
       const float* xh = x + size_t(b) * 32 + 16 * h;
       const __m256 v0 = _mm256_loadu_ps(xh), v1 = _mm256_loadu_ps(xh + 8);
-      const __m256 mx = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
-      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-      const float amax = _mm_cvtss_f32(m4);
+      const float amax = amax16(v0, v1);
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       const __m256 vid = _mm256_set1_ps(id);
@@ -856,7 +861,6 @@ inline void quantize_avx2(const float* x, BlockQ8x* out, int k) {
 // q8x2 decode step's samples in the portable loop (perf, 2 threads).
 inline void quantize_x2_avx2(const float* x, BlockQ8x2* out, int k) {
   constexpr float kLevels = 16256.0f;
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i lo = _mm256_set1_epi32(-16256), hi = _mm256_set1_epi32(16256), c64 = _mm256_set1_epi32(64);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int b = 0; b < k / 32; ++b) {
@@ -865,11 +869,7 @@ inline void quantize_x2_avx2(const float* x, BlockQ8x2* out, int k) {
     for (int h = 0; h < 2; ++h) {
       const float* xh = x + size_t(b) * 32 + 16 * h;
       const __m256 v0 = _mm256_loadu_ps(xh), v1 = _mm256_loadu_ps(xh + 8);
-      const __m256 mx = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
-      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-      const float amax = _mm_cvtss_f32(m4);
+      const float amax = amax16(v0, v1);
       const float d = amax / kLevels;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       const __m256 vid = _mm256_set1_ps(id);

@@ -556,28 +556,39 @@ namespace {
 
 // q8 mode on one model: determinism (one chunk, chunks of 7, token by token, 1 or 3 threads) and
 // the rel L2 against the reference mode at every position: {median, worst}.
+// The logits of `ids` in a context with `kernels`: every position's (batch 1: token by token) or
+// the last one's (a prefill in chunks of `batch`); the context's weight mapping into *wm.
+struct WeightsSeen {
+  std::string mode;
+  uint64_t bytes = 0;
+};
+std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& ids, const char* kernels, uint32_t batch,
+                             int threads, WeightsSeen* wm = nullptr) {
+  const size_t V = m.config().vocab_size;
+  ContextParams p;
+  p.n_ctx = uint32_t(ids.size()) + 4;
+  p.n_batch = batch;
+  p.n_threads = threads;
+  p.kernels = kernels;
+  std::unique_ptr<Context> ctx;
+  REQUIRE(Context::create(m, p, &ctx).ok());
+  if (wm) *wm = {ctx->weights().mode(), ctx->weights().bytes()};
+  std::vector<float> all;
+  if (batch == 1) {
+    for (int32_t t : ids) {
+      REQUIRE(ctx->decode(t).ok());
+      all.insert(all.end(), ctx->logits(), ctx->logits() + V);
+    }
+  } else {
+    REQUIRE(ctx->prefill(ids.data(), ids.size()).ok());
+    all.assign(ctx->logits(), ctx->logits() + V);
+  }
+  return all;
+}
+
 std::pair<double, double> check_q8_model(const Model& m, const std::vector<int32_t>& ids, const char* mode = "q8") {
   const size_t V = m.config().vocab_size;
-  auto run = [&](const char* kernels, uint32_t batch, int threads) {
-    ContextParams p;
-    p.n_ctx = uint32_t(ids.size()) + 4;
-    p.n_batch = batch;
-    p.n_threads = threads;
-    p.kernels = kernels;
-    std::unique_ptr<Context> ctx;
-    REQUIRE(Context::create(m, p, &ctx).ok());
-    std::vector<float> all;
-    if (batch == 1) {
-      for (int32_t t : ids) {
-        REQUIRE(ctx->decode(t).ok());
-        all.insert(all.end(), ctx->logits(), ctx->logits() + V);
-      }
-    } else {
-      REQUIRE(ctx->prefill(ids.data(), ids.size()).ok());
-      all.assign(ctx->logits(), ctx->logits() + V);
-    }
-    return all;
-  };
+  auto run = [&](const char* kernels, uint32_t batch, int threads) { return logits_of(m, ids, kernels, batch, threads); };
   const std::vector<float> tbt = run(mode, 1, 1), tbt3 = run(mode, 1, 3), one = run(mode, 256, 2),
                            sevens = run(mode, 7, 3), ref = run("reference", 1, 2);
   CHECK(std::memcmp(tbt.data(), tbt3.data(), tbt.size() * 4) == 0);
@@ -642,41 +653,19 @@ TEST_CASE("q8 modes on tiny.gguf: the R4 weight copies give the file rows' bits,
   for (int i = 0; i < 20; ++i) ids.push_back(int32_t((i * 53 + 11) % int(m->config().vocab_size)));
   const size_t V = m->config().vocab_size;
   for (const char* mode : {"q8", "q8x2"}) {
-    auto run = [&](const std::string& isa, uint32_t batch, std::string* weights_mode, uint64_t* copy_bytes) {
-      ContextParams p;
-      p.n_ctx = uint32_t(ids.size()) + 4;
-      p.n_batch = batch;
-      p.n_threads = 2;
-      const std::string spec = std::string(mode) + ":" + isa;
-      p.kernels = spec.c_str();
-      std::unique_ptr<Context> ctx;
-      REQUIRE(Context::create(*m, p, &ctx).ok());
-      *weights_mode = ctx->weights().mode();
-      *copy_bytes = ctx->weights().bytes();
-      std::vector<float> all;
-      if (batch == 1) {
-        for (int32_t t : ids) {
-          REQUIRE(ctx->decode(t).ok());
-          all.insert(all.end(), ctx->logits(), ctx->logits() + V);
-        }
-      } else {
-        REQUIRE(ctx->prefill(ids.data(), ids.size()).ok());
-        all.assign(ctx->logits(), ctx->logits() + V);
-      }
-      return all;
-    };
+    const std::string r4_spec = std::string(mode) + ":avx512vnni", rows_spec = std::string(mode) + ":avx512vnni-rows";
     // The same table with and without the R4 copies ("avx512vnni-rows"): tiny.gguf's F16 / BF16 /
     // F32 matrices take the f32 path, whose 8-lane kernels differ from the portable table's in
     // the last bits, so the tables compared end to end differ only in the layout.
-    std::string wm_r4, wm_rows;
-    uint64_t b_r4 = 0, b_rows = 0;
-    const std::vector<float> r4 = run("avx512vnni", 1, &wm_r4, &b_r4), rows = run("avx512vnni-rows", 1, &wm_rows, &b_rows);
-    INFO(mode << ": weights " << wm_r4 << " (" << b_r4 << " bytes copied) vs " << wm_rows);
-    CHECK(b_r4 > 0);  // tiny.gguf's Q4_0 / Q4_1 / Q8_0 matrices were repacked
-    CHECK(b_rows == 0);
-    CHECK(wm_r4 != wm_rows);
+    WeightsSeen w_r4, w_rows;
+    const std::vector<float> r4 = logits_of(*m, ids, r4_spec.c_str(), 1, 2, &w_r4),
+                             rows = logits_of(*m, ids, rows_spec.c_str(), 1, 2, &w_rows);
+    INFO(mode << ": weights " << w_r4.mode << " (" << w_r4.bytes << " bytes copied) vs " << w_rows.mode);
+    CHECK(w_r4.bytes > 0);  // tiny.gguf's Q4_0 / Q4_1 / Q8_0 matrices were repacked
+    CHECK(w_rows.bytes == 0);
+    CHECK(w_r4.mode != w_rows.mode);
     CHECK(std::memcmp(r4.data(), rows.data(), r4.size() * 4) == 0);
-    const std::vector<float> r4p = run("avx512vnni", 16, &wm_r4, &b_r4), rowsp = run("avx512vnni-rows", 16, &wm_rows, &b_rows);
+    const std::vector<float> r4p = logits_of(*m, ids, r4_spec.c_str(), 16, 2), rowsp = logits_of(*m, ids, rows_spec.c_str(), 16, 2);
     CHECK(std::memcmp(r4p.data(), rowsp.data(), V * 4) == 0);
     CHECK(std::memcmp(r4p.data(), r4.data() + r4.size() - V, V * 4) == 0);
   }
