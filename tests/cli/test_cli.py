@@ -105,7 +105,10 @@ def run_checks(a):
         # the upper bound gets 3 MiB more; the lower bound (the arena's pages are resident) is the same.
         check(m["context_bytes_allocated"] == m["context_bytes_planned"], "allocated == planned")
         grown, planned = m["context_rss_bytes_measured"], m["context_bytes_planned"]
-        over = (1 << 20) + (planned // 8 + (3 << 20) if a.sanitized else 0)
+        # Under AddressSanitizer the R4 weight copies (below) add allocator metadata and shadow
+        # of their own: 8.29 MB grown for the same plan with 96 MB of copies (one run), so the
+        # sanitized bound gets 1/64 of the copies' bytes more.
+        over = (1 << 20) + (planned // 8 + (3 << 20) + m["weights_copy_bytes"] // 64 if a.sanitized else 0)
         check(planned - (1 << 20) < grown < planned + over,
               "measured RSS growth %d vs planned %d (allowed %d to %d)" % (grown, planned, planned - (1 << 20),
                                                                              planned + over))
