@@ -136,24 +136,6 @@ void matmul_rows_avx2(const MatmulArgs& a, int row_begin, int row_end, float* sc
 
 }  // namespace
 
-extern const KernelTable kAvx2Kernels;  // external linkage (a namespace-scope const is internal otherwise)
-const KernelTable kAvx2Kernels = {
-    "avx2",
-    dequant_avx2,
-    impl::dot<Vec8Avx2>,
-    matmul_rows_avx2,
-    impl::axpy<Vec8Avx2>,
-    impl::dot_rows<Vec8Avx2>,
-    impl::axpy_rows<Vec8Avx2>,
-    q8::quantize_avx2,
-    q8::matmul_rows<q8::Avx2>,
-    q8::quantize_x2_avx2,
-    q8::matmul_rows<q8::Avx2X2>,
-    impl::softmax_q8<Vec8Avx2>,
-    impl::silu_mul_q8<Vec8Avx2>,
-    "avx2",
-};
-
 // The same table with AVX-512 VNNI's vpdpbusd for the q8 lanes (kernels_avx512vnni.cpp).
 void matmul_q8_rows_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
 void matmul_q8x2_rows_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
@@ -164,10 +146,10 @@ void matmul_q8x2_rows_r4_avx512vnni(const MatmulArgs& a, int row_begin, int row_
 #else
 #define PKV_R4_AVX512VNNI nullptr, nullptr
 #endif
-// The AVX2 table with AVX-512 VNNI's q8 kernels, named q8_isa, with the R4 kernels given (a
-// constant expression: the tables are initialized before any code runs).
-constexpr KernelTable vnni_table(const char* q8_isa, void (*r4)(const MatmulArgs&, int, int),
-                                 void (*r4x2)(const MatmulArgs&, int, int)) {
+using Q8RowsFn = void (*)(const MatmulArgs&, int, int);
+// The AVX2 table with the q8 kernels given (AVX2's own, or AVX-512 VNNI's), named q8_isa, and the
+// R4 kernels where there are (a constant expression: the tables exist before any code runs).
+constexpr KernelTable avx2_table(const char* q8_isa, Q8RowsFn q8, Q8RowsFn q8x2, Q8RowsFn r4, Q8RowsFn r4x2) {
   return {"avx2",
           dequant_avx2,
           impl::dot<Vec8Avx2>,
@@ -176,21 +158,26 @@ constexpr KernelTable vnni_table(const char* q8_isa, void (*r4)(const MatmulArgs
           impl::dot_rows<Vec8Avx2>,
           impl::axpy_rows<Vec8Avx2>,
           q8::quantize_avx2,
-          matmul_q8_rows_avx512vnni,
+          q8,
           q8::quantize_x2_avx2,
-          matmul_q8x2_rows_avx512vnni,
+          q8x2,
           impl::softmax_q8<Vec8Avx2>,
           impl::silu_mul_q8<Vec8Avx2>,
           q8_isa,
           r4,
           r4x2};
 }
+extern const KernelTable kAvx2Kernels;  // external linkage (a namespace-scope const is internal otherwise)
+constexpr KernelTable kAvx2Kernels =
+    avx2_table("avx2", q8::matmul_rows<q8::Avx2>, q8::matmul_rows<q8::Avx2X2>, nullptr, nullptr);
 extern const KernelTable kAvx2VnniKernels;
-constexpr KernelTable kAvx2VnniKernels = vnni_table("avx512vnni", PKV_R4_AVX512VNNI);
+constexpr KernelTable kAvx2VnniKernels =
+    avx2_table("avx512vnni", matmul_q8_rows_avx512vnni, matmul_q8x2_rows_avx512vnni, PKV_R4_AVX512VNNI);
 // Without the R4 kernels: the weights stay in the file's rows ("avx512vnni-rows", for
 // comparisons; the same bits).
 extern const KernelTable kAvx512VnniRowsKernels;
-constexpr KernelTable kAvx512VnniRowsKernels = vnni_table("avx512vnni-rows", nullptr, nullptr);
+constexpr KernelTable kAvx512VnniRowsKernels =
+    avx2_table("avx512vnni-rows", matmul_q8_rows_avx512vnni, matmul_q8x2_rows_avx512vnni, nullptr, nullptr);
 
 }  // namespace cpu
 }  // namespace phasekv
