@@ -263,15 +263,14 @@ void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const 
   j.x2 = mode_ == cpu::MatmulMode::Q8X2;
   int total_rows = 0;
   for (int m = 0; m < n_mats; ++m) total_rows += w[m].rows;
-  // Enough blocks to balance the threads; multiples of 4 rows (the kernel's row tile).
-  // Row blocks per thread, handed out dynamically. With the R4 weights and the pool's counters on
-  // lines of their own, 4 decodes faster than 8 (SmolLM2 q8x2, 2 threads, Emerald Rapids host:
-  // 303-333 vs 281-314 tok/s over 8 interleaved rounds; 1 and 2 within the noise of 4; 16
-  // 277-302; pp512 the same): each grab of a task is a contended atomic (~75 ns, perf), and decode
-  // has ~150 matmuls a token (docs/PERFORMANCE.md, nineteenth session). 4 still lets a fast thread
-  // take over from a slow one.
+  // Enough blocks to balance the threads; multiples of 4 rows (the kernel's row tile). The pool
+  // gives each thread a contiguous range of them and lets a thread that finishes early take
+  // tasks from another's range, so a grab is an atomic on a line of the thread's own until the
+  // end: 8 blocks per thread decode 1.16x (q8x2) and 1.32x (q8) faster than the shared counter
+  // with 4 (SmolLM2, 2 threads, Zen 4 host: medians of the per-round ratios over 10 and 6
+  // interleaved rounds; 16 and 32 a little behind 8: docs/PERFORMANCE.md, twenty-first session).
 #ifndef PKV_MATMUL_TASKS_PER_THREAD
-#define PKV_MATMUL_TASKS_PER_THREAD 4
+#define PKV_MATMUL_TASKS_PER_THREAD 8
 #endif
   int block = total_rows / (pool_.size() * PKV_MATMUL_TASKS_PER_THREAD);
   block = std::max(4, (block + 3) & ~3);

@@ -22,7 +22,7 @@ inline void cpu_relax() {
 constexpr int kSpinRounds = 1 << 12;
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads), ranges_(size_t(n_threads_)) {
   workers_.reserve(size_t(n_threads_ - 1));
   // Workers start with every asynchronous signal blocked (a thread inherits its creator's mask):
   // Ctrl-C, SIGTERM and the like go to the application's own threads and their handlers, never
@@ -50,10 +50,15 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::work(int thread) {
-  for (;;) {
-    const int task = next_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n_tasks_) break;
-    fn_(ctx_, task, thread);
+  // Its own range first, then the next threads' in turn: a thread that finishes early takes
+  // tasks from the front of a range its owner has not reached yet.
+  for (int i = 0; i < n_threads_; ++i) {
+    Range& r = ranges_[size_t((thread + i) % n_threads_)];
+    for (;;) {
+      const int task = r.next.fetch_add(1, std::memory_order_relaxed);
+      if (task >= r.end) break;
+      fn_(ctx_, task, thread);
+    }
   }
 }
 
@@ -88,7 +93,10 @@ void ThreadPool::run(int n_tasks, TaskFn fn, void* ctx) {
   fn_ = fn;
   ctx_ = ctx;
   n_tasks_ = n_tasks;
-  next_.store(0, std::memory_order_relaxed);
+  for (int i = 0; i < n_threads_; ++i) {
+    ranges_[size_t(i)].next.store(int(int64_t(n_tasks) * i / n_threads_), std::memory_order_relaxed);
+    ranges_[size_t(i)].end = int(int64_t(n_tasks) * (i + 1) / n_threads_);
+  }
   done_.store(0, std::memory_order_relaxed);
   // Publish the op, then wake sleepers. Both sides use sequentially consistent operations
   // (a worker increments sleeping_ and then re-reads generation_ under the lock), so either

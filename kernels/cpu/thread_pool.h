@@ -1,10 +1,12 @@
 // A fixed pool of worker threads created with a context and reused for every op. run()
-// hands out task indices 0..n_tasks-1 dynamically; the caller's thread works too. No
-// allocation after construction. Results must not depend on which thread runs a task
+// splits task indices 0..n_tasks-1 into one contiguous range per thread; a thread takes its own
+// range's tasks in order, then helps with the others' (work stealing from the front of a range);
+// the caller's thread works too. No allocation after construction. Results must not depend on which thread runs a task
 // (kernels split work by whole rows/heads), so the thread count never changes a bit.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -40,7 +42,15 @@ class ThreadPool {
   alignas(64) TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
   int n_tasks_ = 0;
-  alignas(64) std::atomic<int> next_{0};
+  // One range of tasks per thread, each on a cache line of its own: a thread's grabs from its
+  // own range touch a line no other thread writes until it comes to help at the end (one shared
+  // counter made every grab a contended atomic, ~75 ns: docs/PERFORMANCE.md, nineteenth and
+  // twenty-first sessions).
+  struct alignas(64) Range {
+    std::atomic<int> next{0};
+    int end = 0;
+  };
+  std::vector<Range> ranges_;  // n_threads_ of them, sized in the constructor
   alignas(64) std::atomic<int> done_{0};
   alignas(64) std::atomic<unsigned> generation_{0};
   alignas(64) std::atomic<int> sleeping_{0};

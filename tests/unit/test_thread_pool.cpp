@@ -82,3 +82,39 @@ TEST_CASE("thread pool: destroyed while its workers spin, and while they sleep")
     for (int h : op.hits) CHECK(h == 1);
   }  // ~ThreadPool joins the workers; a hang here is the failure
 }
+
+namespace {
+struct SlowOp {
+  std::vector<int> hits;
+  std::vector<int> thread_of;
+  std::atomic<int> caller_tasks{0};
+};
+
+// The caller's first task stalls (as a thread descheduled by the OS or slowed by a neighbour does);
+// the other threads must take over the rest of its range.
+void slow_caller(void* ctx, int task, int thread) {
+  SlowOp* op = static_cast<SlowOp*>(ctx);
+  op->hits[size_t(task)] += 1;
+  op->thread_of[size_t(task)] = thread;
+  if (thread == 0 && op->caller_tasks.fetch_add(1) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+}
+}  // namespace
+
+TEST_CASE("thread pool: a stalled thread's tasks are taken over by the others") {
+  // run() gives each thread a contiguous range of the tasks; a thread done with its own takes
+  // from the others'. While the caller sits in its first task, the workers finish everything else.
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    ThreadPool pool(n);
+    SlowOp op;
+    const int tasks = 8 * n;
+    op.hits.assign(size_t(tasks), 0);
+    op.thread_of.assign(size_t(tasks), -1);
+    pool.run(tasks, slow_caller, &op);
+    for (int h : op.hits) CHECK(h == 1);
+    CHECK(op.caller_tasks.load() <= 1);
+    int in_callers_range_by_others = 0;
+    for (int t = 0; t < tasks / n; ++t) in_callers_range_by_others += op.thread_of[size_t(t)] != 0;
+    CHECK(in_callers_range_by_others >= tasks / n - 1);
+  }
+}
