@@ -21,5 +21,31 @@ struct ReadBandwidth {
 // part, in the last-level cache, that rate is above DRAM's.
 ReadBandwidth measure_read_bandwidth(int threads, size_t working_set = 0);
 
+// The working-set loop kept between measurements: its buffer allocated and first-touched once,
+// so that bench can measure the bandwidth right after each decode repetition. On a shared host
+// the neighbours and the hypervisor's placement of the vCPUs change the bandwidth from one second
+// to the next (the two vCPUs of the Zen 4 dev VM read 33-35 GB/s in most runs and 61 GB/s in
+// some: docs/PERFORMANCE.md, twenty-first session), so a ceiling measured a few seconds away
+// from the decode it divides is another machine's.
+class WorkingSetReader {
+ public:
+  WorkingSetReader(int threads, size_t bytes);
+  ~WorkingSetReader();
+  WorkingSetReader(const WorkingSetReader&) = delete;
+  WorkingSetReader& operator=(const WorkingSetReader&) = delete;
+  bool ok() const { return buf_ != nullptr; }
+  // Reads the buffer once to warm it, then repeatedly, each thread its slice 4 times per
+  // repetition, for at least min_reps repetitions and min_seconds; returns the best, GB/s.
+  double measure(int min_reps, double min_seconds);
+  const char* loop() const;
+  double buffer_mib() const { return double(bytes_) / (1 << 20); }
+
+ private:
+  int threads_;
+  size_t bytes_ = 0, n_ = 0;
+  float* buf_ = nullptr;
+  float sink_ = 0;
+};
+
 }  // namespace tools
 }  // namespace phasekv

@@ -89,6 +89,13 @@ def run_checks(a):
         check(j["prefill_tok_s"]["mean"] > 0 and j["decode_tok_s"]["mean"] > 0 and len(j["decode_tok_s"]["runs"]) == 2,
               "bench JSON: " + out)
         check(j["threads"] == 2 and j["peak_rss_bytes"] > j["model_bytes"] // 2, "bench threads and RSS")
+        # The paired roofline: one more decode run per -r, each with the bandwidth measured after it;
+        # each fraction is that run's bytes/s over that bandwidth, the figure their median.
+        pr = j["decode_roofline_paired"]
+        fr = [t * j["decode_bytes_per_token"] / (g * 1e9) for t, g in zip(pr["tok_s"], pr["read_bandwidth_gbs"])]
+        check(len(pr["fractions"]) == 2 and all(g > 0 for g in pr["read_bandwidth_gbs"]) and
+              all(abs(a - b) <= 1e-9 * b for a, b in zip(pr["fractions"], fr)) and
+              abs(pr["fraction_median"] - sum(fr) / 2) <= 1e-9 * pr["fraction_median"], "bench paired roofline: " + out)
     rc, _, err = run(["bench", "-m", smol, "-p", "0", "-n", "0"])
     check(rc == 2, "bench with nothing to time")
     rc, out, err = run(["bench", "-m", smol, "-p", "0", "-n", "4", "-d", "40", "-r", "1", "-t", "2", "--json"])
