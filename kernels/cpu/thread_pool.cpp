@@ -92,7 +92,6 @@ void ThreadPool::run(int n_tasks, TaskFn fn, void* ctx) {
   }
   fn_ = fn;
   ctx_ = ctx;
-  n_tasks_ = n_tasks;
   for (int i = 0; i < n_threads_; ++i) {
     ranges_[size_t(i)].next.store(int(int64_t(n_tasks) * i / n_threads_), std::memory_order_relaxed);
     ranges_[size_t(i)].end = int(int64_t(n_tasks) * (i + 1) / n_threads_);

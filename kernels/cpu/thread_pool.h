@@ -1,8 +1,9 @@
 // A fixed pool of worker threads created with a context and reused for every op. run()
 // splits task indices 0..n_tasks-1 into one contiguous range per thread; a thread takes its own
-// range's tasks in order, then helps with the others' (work stealing from the front of a range);
-// the caller's thread works too. No allocation after construction. Results must not depend on which thread runs a task
-// (kernels split work by whole rows/heads), so the thread count never changes a bit.
+// range's tasks in order, then helps with the others' (work stealing from the front of a
+// range); the caller's thread works too. No allocation after construction. Results must not
+// depend on which thread runs a task (kernels split work by whole rows/heads), so the thread
+// count never changes a bit.
 #pragma once
 
 #include <atomic>
@@ -41,7 +42,6 @@ class ThreadPool {
   // ~150 ops a token, 16 task grabs each at 2 threads: docs/PERFORMANCE.md, nineteenth session).
   alignas(64) TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
-  int n_tasks_ = 0;
   // One range of tasks per thread, each on a cache line of its own: a thread's grabs from its
   // own range touch a line no other thread writes until it comes to help at the end (one shared
   // counter made every grab a contended atomic, ~75 ns: docs/PERFORMANCE.md, nineteenth and
