@@ -54,9 +54,6 @@ bool have_avx2() {
 #endif
 }
 
-}  // namespace
-
-namespace {
 // Thread t's slice of n floats, in whole 128-byte steps of the vector loop.
 void slice(size_t n, int threads, int t, size_t* a, size_t* b) {
   *a = (n * size_t(t) / size_t(threads)) & ~size_t(31);
@@ -111,8 +108,6 @@ WorkingSetReader::WorkingSetReader(int threads, size_t bytes)
 }
 
 WorkingSetReader::~WorkingSetReader() { std::free(buf_); }
-
-const char* WorkingSetReader::loop() const { return loop_name(); }
 
 double WorkingSetReader::measure(int min_reps, double min_seconds) {
   if (!buf_) return 0;

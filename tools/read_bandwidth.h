@@ -37,7 +37,6 @@ class WorkingSetReader {
   // Reads the buffer once to warm it, then repeatedly, each thread its slice 4 times per
   // repetition, for at least min_reps repetitions and min_seconds; returns the best, GB/s.
   double measure(int min_reps, double min_seconds);
-  const char* loop() const;
   double buffer_mib() const { return double(bytes_) / (1 << 20); }
 
  private:

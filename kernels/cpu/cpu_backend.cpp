@@ -266,9 +266,10 @@ void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const 
   // Enough blocks to balance the threads; multiples of 4 rows (the kernel's row tile). The pool
   // gives each thread a contiguous range of them and lets a thread that finishes early take
   // tasks from another's range, so a grab is an atomic on a line of the thread's own until the
-  // end: 8 blocks per thread decode 1.16x (q8x2) and 1.32x (q8) faster than the shared counter
-  // with 4 (SmolLM2, 2 threads, Zen 4 host: medians of the per-round ratios over 10 and 6
-  // interleaved rounds; 16 and 32 a little behind 8: docs/PERFORMANCE.md, twenty-first session).
+  // end: 8 blocks per thread decode 1.13x faster than the shared counter with 4 (SmolLM2 q8x2,
+  // 2 threads, Zen 4 host: median of the per-round ratios over 16 interleaved rounds; the shared
+  // counter with 8 was slower than with 4; ranges with 4, 16 or 32 within the noise of 8:
+  // docs/PERFORMANCE.md, twenty-first session).
 #ifndef PKV_MATMUL_TASKS_PER_THREAD
 #define PKV_MATMUL_TASKS_PER_THREAD 8
 #endif
