@@ -250,6 +250,15 @@ class Backend {
   virtual void compress_reset(float* acc, int n_windows, int n_kv_heads, int d_g, int head_dim) = 0;
   // out = silu(g) * u                                                [n]
   virtual void silu_mul(const float* g, const float* u, float* out, size_t n) = 0;
+  // g = x gate^T, u = x up^T, out = silu(g) * u (out may be g): the FFN's first half    [n, rows]
+  // as matmul + silu_mul, which a backend may fuse into one op with the same results.
+  virtual void matmul_silu(const WeightView& gate, const WeightView& up, float* g, float* u, float* out, const float* x,
+                           int n) {
+    const WeightView w[2] = {gate, up};
+    float* const y[2] = {g, u};
+    matmul(w, y, 2, x, n);
+    silu_mul(g, u, out, size_t(n) * size_t(gate.rows));
+  }
   // x += y                                                           [n]
   virtual void add(float* x, const float* y, size_t n) = 0;
   virtual void ring_write(const RingWriteArgs& a) = 0;

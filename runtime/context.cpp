@@ -340,7 +340,7 @@ Status Context::score(int32_t gold, ScoreResult* out) {
 void Context::eval_chunk(const int32_t* tokens, int n) {
   const ModelConfig& c = model_.config();
   const int d = int(c.d_model), hd = int(c.head_dim), nh = int(c.n_heads), nkv = int(c.n_kv_heads);
-  const size_t kvd = size_t(nkv) * hd, ffn = c.ffn_dim;
+  const size_t kvd = size_t(nkv) * hd;
   const int pos0 = int(n_past_);
   const bool interleaved = c.rope.style == RopeStyle::Interleaved;
   const float* inv_freq = inv_freq_;
@@ -478,10 +478,7 @@ void Context::eval_chunk(const int32_t* tokens, int n) {
     be.add(x_, tmp_, size_t(n) * d);
 
     be.rmsnorm(x_, L.ffn_norm, c.norm_eps, n, d, xn_);
-    const WeightView gu[2] = {L.w_gate, L.w_up};
-    float* const gu_out[2] = {gate_, up_};
-    be.matmul(gu, gu_out, 2, xn_, n);
-    be.silu_mul(gate_, up_, gate_, size_t(n) * ffn);
+    be.matmul_silu(L.w_gate, L.w_up, gate_, up_, gate_, xn_, n);
     float* const down_out[1] = {tmp_};
     be.matmul(&L.w_down, down_out, 1, gate_, n);
     be.add(x_, tmp_, size_t(n) * d);

@@ -212,8 +212,7 @@ void CpuBackend::rmsnorm(const float* x, const float* w, float eps, int n, int d
   for (int t = 0; t < n; ++t) cpu::rmsnorm(x + size_t(t) * dim, w, eps, out + size_t(t) * dim, dim);
 }
 
-namespace {
-
+// One matmul op's work (matmul, matmul_silu), read by its tasks.
 struct MatmulJob {
   const cpu::KernelTable* k;
   cpu::MatmulArgs args[3];
@@ -224,7 +223,18 @@ struct MatmulJob {
   int blocks[3];  // row blocks per matrix
   float* scratch;
   size_t scratch_stride;
+  // matmul_silu: a task's rows of both matrices, then silu(y0) * y1 on them into silu_out
+  void (*silu)(const float* g, const float* u, float* out, int n) = nullptr;
+  float* silu_out = nullptr;
 };
+
+namespace {
+
+void matmul_rows(const MatmulJob& j, int m, int r0, int r1, int thread) {
+  if (j.q8[m] && j.args[m].w_layout == cpu::WeightLayout::R4) (j.x2 ? j.k->matmul_q8x2_rows_r4 : j.k->matmul_q8_rows_r4)(j.args[m], r0, r1);
+  else if (j.q8[m]) (j.x2 ? j.k->matmul_q8x2_rows : j.k->matmul_q8_rows)(j.args[m], r0, r1);
+  else j.k->matmul_rows(j.args[m], r0, r1, j.scratch + size_t(thread) * j.scratch_stride);
+}
 
 void matmul_task(void* ctx, int task, int thread) {
   MatmulJob& j = *static_cast<MatmulJob*>(ctx);
@@ -232,9 +242,22 @@ void matmul_task(void* ctx, int task, int thread) {
   while (task >= j.blocks[m]) task -= j.blocks[m++];
   const int r0 = task * j.row_block;
   const int r1 = std::min(j.rows[m], r0 + j.row_block);
-  if (j.q8[m] && j.args[m].w_layout == cpu::WeightLayout::R4) (j.x2 ? j.k->matmul_q8x2_rows_r4 : j.k->matmul_q8_rows_r4)(j.args[m], r0, r1);
-  else if (j.q8[m]) (j.x2 ? j.k->matmul_q8x2_rows : j.k->matmul_q8_rows)(j.args[m], r0, r1);
-  else j.k->matmul_rows(j.args[m], r0, r1, j.scratch + size_t(thread) * j.scratch_stride);
+  matmul_rows(j, m, r0, r1, thread);
+}
+
+// matmul_silu's task: rows [r0, r1) of the gate and the up matrix, then the element-wise
+// silu(g) * u of those rows for every token (each element from its own g and u: the same bits
+// as silu_mul over the whole product, for any split).
+void matmul_silu_task(void* ctx, int task, int thread) {
+  MatmulJob& j = *static_cast<MatmulJob*>(ctx);
+  const int r0 = task * j.row_block;
+  const int r1 = std::min(j.rows[0], r0 + j.row_block);
+  matmul_rows(j, 0, r0, r1, thread);
+  matmul_rows(j, 1, r0, r1, thread);
+  for (int t = 0; t < j.args[0].n_tok; ++t) {
+    const size_t o = size_t(t) * size_t(j.args[0].ldy) + size_t(r0);
+    j.silu(j.args[0].y + o, j.args[1].y + o, j.silu_out + o, r1 - r0);
+  }
 }
 
 struct QuantizeJob {
@@ -257,12 +280,38 @@ void quantize_task(void* ctx, int t, int /*thread*/) {
 
 void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const float* x, int n) {
   MatmulJob j;
+  const int tasks = prepare_matmul(&j, w, y, n_mats, x, n, false);
+  pool_.run(tasks, matmul_task, &j);
+}
+
+// The FFN's gate and up products and silu(gate) * up in one pool op (decode issued them as two,
+// each ending in a wait for the slower thread): a task computes its rows of both matrices
+// and then their silu. The same kernels on the same rows, an element-wise silu: the same bits
+// as matmul + silu_mul.
+void CpuBackend::matmul_silu(const WeightView& gate, const WeightView& up, float* g, float* u, float* out, const float* x,
+                             int n) {
+  PKV_ASSERT(gate.rows == up.rows && gate.cols == up.cols);
+  MatmulJob j;
+  const WeightView w[2] = {gate, up};
+  float* const y[2] = {g, u};
+  const int tasks = prepare_matmul(&j, w, y, 2, x, n, true);
+  j.silu = mode_ != cpu::MatmulMode::Reference ? k_.silu_mul_q8 : cpu::silu_mul;
+  j.silu_out = out;
+  pool_.run(tasks, matmul_silu_task, &j);
+}
+
+// The job of one matmul op; returns its task count. paired: the matrices' rows in step (tasks =
+// row blocks of the first matrix, each covering the same rows of every matrix).
+int CpuBackend::prepare_matmul(MatmulJob* jp, const WeightView* w, float* const* y, int n_mats, const float* x, int n,
+                               bool paired) {
+  MatmulJob& j = *jp;
   j.k = &k_;
   j.scratch = scratch_;
   j.scratch_stride = scratch_stride_;
   j.x2 = mode_ == cpu::MatmulMode::Q8X2;
   int total_rows = 0;
   for (int m = 0; m < n_mats; ++m) total_rows += w[m].rows;
+  if (paired) total_rows = w[0].rows;
   // Enough blocks to balance the threads; multiples of 4 rows (the kernel's row tile). The pool
   // gives each thread a contiguous range of them and lets a thread that finishes early take
   // tasks from another's range, so a grab is an atomic on a line of the thread's own until the
@@ -306,7 +355,7 @@ void CpuBackend::matmul(const WeightView* w, float* const* y, int n_mats, const 
     j.blocks[m] = (w[m].rows + block - 1) / block;
     tasks += j.blocks[m];
   }
-  pool_.run(tasks, matmul_task, &j);
+  return paired ? j.blocks[0] : tasks;
 }
 
 void CpuBackend::rope(float* x, int n, int n_heads, int head_dim, int first_pos, const float* inv_freq, int rope_dim,

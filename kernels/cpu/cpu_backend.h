@@ -10,6 +10,8 @@
 
 namespace phasekv {
 
+struct MatmulJob;  // cpu_backend.cpp
+
 class CpuBackend final : public Backend {
  public:
   // n_threads >= 1. `table` selects the instruction set (nullptr: the best for this CPU); `mode`
@@ -53,11 +55,15 @@ class CpuBackend final : public Backend {
   // Scratch for a context's shapes with `n_threads` workers (what workspace_bytes reports).
   static size_t workspace_bytes_for(const WorkspaceQuery& q, int n_threads);
   void silu_mul(const float* g, const float* u, float* out, size_t n) override;
+  void matmul_silu(const WeightView& gate, const WeightView& up, float* g, float* u, float* out, const float* x,
+                   int n) override;
   void add(float* x, const float* y, size_t n) override;
   void ring_write(const RingWriteArgs& a) override;
   void gold_score(const float* logits, int n, int32_t gold, ScoreResult* out) override;
 
  private:
+  int prepare_matmul(MatmulJob* j, const WeightView* w, float* const* y, int n_mats, const float* x, int n, bool paired);
+
   const cpu::KernelTable& k_;
   cpu::MatmulMode mode_;
   std::string name_;

@@ -474,6 +474,53 @@ TEST_CASE("q8: softmax_q8 and silu_mul_q8 within a few ulp of double precision, 
   CHECK(std::memcmp(split.data(), whole.data(), n * sizeof(float)) == 0);
 }
 
+// The FFN's fused op (CpuBackend::matmul_silu: a task's gate and up rows, then their SiLU) equals
+// the two ops it replaces -- matmul of both matrices, then silu_mul over the whole product --
+// bit for bit, in every mode, for any thread count and chunk length, the output in place of g
+// (as the context calls it). Row count not a multiple of the row block, so tasks end unevenly.
+TEST_CASE("matmul_silu: the same bits as matmul + silu_mul in every mode, thread count and chunk length") {
+  std::mt19937 rng(11);
+  const int k = 256, rows = 100, max_n = 9;
+  for (DType dt : {DType::Q4_1, DType::Q8_0, DType::Q4_K}) {
+    size_t rb = 0;
+    const std::vector<uint8_t> wg = weights(dt, rows, k, rng, &rb), wu = weights(dt, rows, k, rng, &rb);
+    WeightView gate, up;
+    gate.dtype = up.dtype = dt;
+    gate.rows = up.rows = rows;
+    gate.cols = up.cols = k;
+    gate.row_bytes = up.row_bytes = rb;
+    gate.data = wg.data();
+    up.data = wu.data();
+    const std::vector<float> x = activations(max_n, k, rng);
+    for (cpu::MatmulMode mode : {cpu::MatmulMode::Reference, cpu::MatmulMode::Q8, cpu::MatmulMode::Q8X2}) {
+      for (int threads : {1, 2, 3}) {
+        WorkspaceQuery q;
+        q.max_tokens = max_n;
+        q.max_k = k;
+        q.n_threads = threads;
+        CpuBackend fused(threads, nullptr, mode), plain(threads, nullptr, mode);
+        std::vector<uint64_t> ws_f(fused.workspace_bytes(q) / 8 + 1), ws_p(plain.workspace_bytes(q) / 8 + 1);
+        REQUIRE(fused.bind_workspace(ws_f.data(), ws_f.size() * 8, q).ok());
+        REQUIRE(plain.bind_workspace(ws_p.data(), ws_p.size() * 8, q).ok());
+        for (int n : {1, 4, max_n}) {
+          const size_t m = size_t(n) * rows;
+          std::vector<float> g(m, -1.0f), u(m, -1.0f), pg(m, -2.0f), pu(m, -2.0f), want(m);
+          fused.matmul_silu(gate, up, g.data(), u.data(), g.data(), x.data(), n);
+          const WeightView w[2] = {gate, up};
+          float* const y[2] = {pg.data(), pu.data()};
+          plain.matmul(w, y, 2, x.data(), n);
+          plain.silu_mul(pg.data(), pu.data(), want.data(), m);
+          INFO(dtype_name(dt) << " mode " << int(mode) << " threads " << threads << " n " << n);
+          CHECK(std::memcmp(g.data(), want.data(), m * sizeof(float)) == 0);
+          CHECK(std::memcmp(u.data(), pu.data(), m * sizeof(float)) == 0);
+          // and not the identity: SiLU changed the product (g is no longer x gate^T)
+          CHECK(std::memcmp(g.data(), pg.data(), m * sizeof(float)) != 0);
+        }
+      }
+    }
+  }
+}
+
 // The product of the quantized operands, evaluated independently in double from the integers:
 //   y = sum_b d_w,b * d_x,b * sum_i w_i q_i  (+ m_b * s_b for Q4_1).
 // The kernel accumulates the same terms in f32 (one rounding per fma, then the 8-lane sum):
