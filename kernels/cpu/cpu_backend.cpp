@@ -38,45 +38,50 @@ class InPlaceWeights final : public WeightMapping {
   }
 };
 
-// In place too, except the matrices only matmul reads that fit the R4 layout (Q4_0, Q4_1, Q8_0;
-// cpu_kernels.h WeightLayout): those are read from an R4 copy, made when a context first asks
-// for the matrix (Context::bind_weights, never a prefill or decode) and shared by every later
-// context of the model that repacks (weights_key "cpu-r4"). The copy has the file's size, and
-// the file's pages of the copied matrix leave the resident set (drop_file_pages).
+// In place too, except the matrices only matmul reads that fit the R16 layout (Q4_0, Q4_1, where
+// the kernels have R16) or else the R4 layout (Q4_0, Q4_1, Q8_0; cpu_kernels.h WeightLayout):
+// those are read from a copy in that layout, made when a context first asks for the matrix
+// (Context::bind_weights, never a prefill or decode) and shared by every later context of the
+// model that repacks the same way (weights_key "cpu-r16" / "cpu-r4"). The copy has the file's
+// size, and the file's pages of the copied matrix leave the resident set (drop_file_pages).
 class RepackedWeights final : public WeightMapping {
  public:
-  RepackedWeights(const HostRegion* r, int n) : host_(r, r + n) {
+  RepackedWeights(const HostRegion* r, int n, bool r16) : host_(r, r + n), r16_(r16) {
     for (int i = 0; i < n; ++i) {
       const uint8_t* p = static_cast<const uint8_t*>(r[i].data);
       regions_.push_back({p, r[i].bytes, p});
     }
-    mode_ = "host, q8 R4 copies of the matmul weights";
+    mode_ = r16 ? "host, q8 R16/R4 copies of the matmul weights" : "host, q8 R4 copies of the matmul weights";
   }
   ~RepackedWeights() override {
     for (const Copy& c : copies_) std::free(c.r4);
   }
   Status view(const WeightView& host, bool matmul_only, WeightView* out) const override {
     PKV_RETURN_IF_ERROR(WeightMapping::view(host, matmul_only, out));
-    if (!matmul_only || !out->data || !cpu::r4_fits(host.dtype, host.rows, host.cols)) return Status::Ok();
+    const bool r16 = r16_ && cpu::r16_fits(host.dtype, host.rows, host.cols);
+    if (!matmul_only || !out->data || !(r16 || cpu::r4_fits(host.dtype, host.rows, host.cols))) return Status::Ok();
     std::lock_guard<std::mutex> lock(mu_);
     const Copy* c = nullptr;
     for (const Copy& e : copies_)
       if (e.src == out->data && e.dtype == host.dtype && e.rows == host.rows && e.cols == host.cols) c = &e;
     if (!c) {
-      const size_t bytes = cpu::r4_bytes(host.dtype, host.rows, host.cols);
+      const size_t bytes = r16 ? cpu::r16_bytes(host.dtype, host.rows, host.cols) : cpu::r4_bytes(host.dtype, host.rows, host.cols);
       void* p = nullptr;
       if (posix_memalign(&p, 64, bytes) != 0 || !p)
-        return make_error(StatusCode::kOutOfMemory, "cannot allocate %zu bytes of host memory for the R4 copy of a %d x %d %s matrix",
-                          bytes, host.rows, host.cols, dtype_name(host.dtype));
-      cpu::repack_r4(host.dtype, out->data, host.row_bytes, host.rows, host.cols, p);
+        return make_error(StatusCode::kOutOfMemory, "cannot allocate %zu bytes of host memory for the %s copy of a %d x %d %s matrix",
+                          bytes, r16 ? "R16" : "R4", host.rows, host.cols, dtype_name(host.dtype));
+      if (r16)
+        cpu::repack_r16(host.dtype, out->data, host.row_bytes, host.rows, host.cols, p);
+      else
+        cpu::repack_r4(host.dtype, out->data, host.row_bytes, host.rows, host.cols, p);
       drop_file_pages(out->data, host.row_bytes * size_t(host.rows));
       copies_.push_back({out->data, host.dtype, host.rows, host.cols, static_cast<uint8_t*>(p)});
       bytes_ += bytes;
       c = &copies_.back();
     }
     out->data = c->r4;
-    out->layout = uint8_t(cpu::WeightLayout::R4);
-    out->aux = c->r4 + cpu::r4_hdr_offset(host.dtype, host.rows, host.cols);
+    out->layout = uint8_t(r16 ? cpu::WeightLayout::R16 : cpu::WeightLayout::R4);
+    out->aux = c->r4 + (r16 ? cpu::r16_hdr_offset(host.dtype, host.rows, host.cols) : cpu::r4_hdr_offset(host.dtype, host.rows, host.cols));
     return Status::Ok();
   }
 
@@ -85,7 +90,7 @@ class RepackedWeights final : public WeightMapping {
     const void* src;
     DType dtype;
     int rows, cols;
-    uint8_t* r4;
+    uint8_t* r4;  // the copy (R4 or R16)
   };
   // The copied matrix's whole pages of a mapped model file leave the process's resident set (the
   // page cache keeps them): what is resident is then the copy instead of the file's pages, not
@@ -102,6 +107,7 @@ class RepackedWeights final : public WeightMapping {
     }
   }
   std::vector<HostRegion> host_;
+  bool r16_;
   mutable std::mutex mu_;
   mutable std::vector<Copy> copies_;
 };
@@ -114,7 +120,7 @@ bool CpuBackend::repacks_weights() const {
 
 Status CpuBackend::map_weights(const HostRegion* regions, int n_regions, std::shared_ptr<WeightMapping>* out) {
   if (repacks_weights())
-    *out = std::make_shared<RepackedWeights>(regions, n_regions);
+    *out = std::make_shared<RepackedWeights>(regions, n_regions, k_.matmul_q8_rows_r16 && k_.matmul_q8x2_rows_r16);
   else
     *out = std::make_shared<InPlaceWeights>(regions, n_regions);
   return Status::Ok();
@@ -231,7 +237,8 @@ struct MatmulJob {
 namespace {
 
 void matmul_rows(const MatmulJob& j, int m, int r0, int r1, int thread) {
-  if (j.q8[m] && j.args[m].w_layout == cpu::WeightLayout::R4) (j.x2 ? j.k->matmul_q8x2_rows_r4 : j.k->matmul_q8_rows_r4)(j.args[m], r0, r1);
+  if (j.q8[m] && j.args[m].w_layout == cpu::WeightLayout::R16) (j.x2 ? j.k->matmul_q8x2_rows_r16 : j.k->matmul_q8_rows_r16)(j.args[m], r0, r1);
+  else if (j.q8[m] && j.args[m].w_layout == cpu::WeightLayout::R4) (j.x2 ? j.k->matmul_q8x2_rows_r4 : j.k->matmul_q8_rows_r4)(j.args[m], r0, r1);
   else if (j.q8[m]) (j.x2 ? j.k->matmul_q8x2_rows : j.k->matmul_q8_rows)(j.args[m], r0, r1);
   else j.k->matmul_rows(j.args[m], r0, r1, j.scratch + size_t(thread) * j.scratch_stride);
 }
@@ -322,8 +329,12 @@ int CpuBackend::prepare_matmul(MatmulJob* jp, const WeightView* w, float* const*
 #ifndef PKV_MATMUL_TASKS_PER_THREAD
 #define PKV_MATMUL_TASKS_PER_THREAD 8
 #endif
+  // Row blocks whole tiles of every matrix's layout: 16 rows in R16, else 4.
+  int tile = 4;
+  for (int m = 0; m < n_mats; ++m)
+    if (w[m].layout == uint8_t(cpu::WeightLayout::R16)) tile = 16;
   int block = total_rows / (pool_.size() * PKV_MATMUL_TASKS_PER_THREAD);
-  block = std::max(4, (block + 3) & ~3);
+  block = std::max(tile, (block + tile - 1) / tile * tile);
   j.row_block = block;
   int tasks = 0;
   bool quantized = false;  // x quantized once for every matrix that shares it
@@ -331,9 +342,9 @@ int CpuBackend::prepare_matmul(MatmulJob* jp, const WeightView* w, float* const*
     j.args[m] = cpu::MatmulArgs{w[m].dtype, w[m].data, w[m].row_bytes, x, y[m], w[m].cols, n, w[m].rows};
     j.q8[m] = mode_ != cpu::MatmulMode::Reference && cpu::q8_supported(w[m].dtype) && w[m].cols % 32 == 0 &&
               n <= xq_tokens_ && xq_;
-    if (w[m].layout == uint8_t(cpu::WeightLayout::R4)) {  // only the q8 kernels read it (RepackedWeights)
+    if (w[m].layout != uint8_t(cpu::WeightLayout::Rows)) {  // R4 / R16: only the q8 kernels read it (RepackedWeights)
       PKV_ASSERT(j.q8[m] && repacks_weights());
-      j.args[m].w_layout = cpu::WeightLayout::R4;
+      j.args[m].w_layout = cpu::WeightLayout(w[m].layout);
       j.args[m].w_hdr = w[m].aux;
     }
     if (j.q8[m]) {

@@ -32,8 +32,11 @@ class CpuBackend final : public Backend {
   MemorySpace state_space() const override { return MemorySpace::Host; }
   MemorySpace weights_space() const override { return MemorySpace::Host; }
   // "cpu": the weights in place; "cpu-r4": in the q8 modes with R4 kernels (AVX-512 VNNI), the
-  // matmul weights that fit the R4 layout as R4 copies (cpu_backend.cpp RepackedWeights).
-  std::string weights_key() const override { return repacks_weights() ? "cpu-r4" : "cpu"; }
+  // matmul weights that fit the R4 layout as R4 copies; "cpu-r16": the same with Q4_0 / Q4_1 as
+  // R16 copies where they fit (cpu_backend.cpp RepackedWeights, cpu_kernels.h WeightLayout).
+  std::string weights_key() const override {
+    return !repacks_weights() ? "cpu" : k_.matmul_q8_rows_r16 && k_.matmul_q8x2_rows_r16 ? "cpu-r16" : "cpu-r4";
+  }
   bool repacks_weights() const;
   Status map_weights(const HostRegion* regions, int n_regions, std::shared_ptr<WeightMapping>* out) override;
   Status allocate(MemorySpace space, size_t bytes, void** out) override;

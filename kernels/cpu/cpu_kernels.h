@@ -63,7 +63,30 @@ static_assert(sizeof(BlockQ8x2) == 76, "BlockQ8x2 is 76 bytes");
 // byte i the int8 element i % 32 of row i / 32 -- then the scales, block b of group g at
 // (g nb + b) r4_header_bytes: the four rows' f16 d, then (Q4_1) their f16 m. The same bytes in
 // all: 18, 20 and 34 per row and block.
-enum class WeightLayout : uint8_t { Rows = 0, R4 = 1 };
+//
+// R16 (Q4_0, Q4_1; the AVX-512 VNNI kernels only): sixteen rows interleaved so that the int32
+// lanes of one dot-product instruction are the sixteen rows. For G = rows / 16 groups: block b of
+// group g at (g nb + b) 256 holds four 64-byte parts, part L's byte 4 r + e the file's byte 4 L +
+// e of row r's block (low nibble element 4 L + e, high nibble element 16 + 4 L + e); then the
+// scales at r16_hdr_offset + (g nb + b) r16_header_bytes: the sixteen rows' f16 d, then (Q4_1)
+// their f16 m. 18 and 20 bytes per row and block, as in the file. Its kernels sum each half
+// block's products exactly in int32 and take it into f32 with one fma per half -- per row and
+// block acc = fma(d_r d_x0, I_0, acc), acc = fma(d_r d_x1, I_1, acc), the minima apart as
+// accm = fma(m_r, s_x, accm) (Q4_0: m_r = -8 d_r), y = acc + accm -- an order of their own: the
+// same bits for any chunking and thread count, not the Rows / R4 kernels' bits (those keep eight
+// lane sums per row; the two differ at the f32 rounding level, ~1e-7 relative).
+enum class WeightLayout : uint8_t { Rows = 0, R4 = 1, R16 = 2 };
+constexpr bool r16_supported(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1;
+}
+constexpr int r16_header_bytes(DType t) {
+  return t == DType::Q4_1 ? 64 : 32;
+}
+// Whether a rows x k matrix of type t can be held as R16 (r16_supported, rows a multiple of 16, k of 32).
+bool r16_fits(DType t, int rows, int k);
+size_t r16_bytes(DType t, int rows, int k);
+size_t r16_hdr_offset(DType t, int rows, int k);
+void repack_r16(DType t, const void* src, size_t row_bytes, int rows, int k, void* dst);
 constexpr bool r4_supported(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0;
 }
@@ -137,6 +160,10 @@ struct KernelTable {
   // repacked for it).
   void (*matmul_q8_rows_r4)(const MatmulArgs& a, int row_begin, int row_end) = nullptr;
   void (*matmul_q8x2_rows_r4)(const MatmulArgs& a, int row_begin, int row_end) = nullptr;
+  // The same modes on matrices in the R16 layout (rows and row_end multiples of 16), in R16's own
+  // order (WeightLayout above); nullptr where the table has none (then R4 or the file's rows).
+  void (*matmul_q8_rows_r16)(const MatmulArgs& a, int row_begin, int row_end) = nullptr;
+  void (*matmul_q8x2_rows_r16)(const MatmulArgs& a, int row_begin, int row_end) = nullptr;
 };
 
 // Weight types the q8 mode multiplies with integer dot products (others stay on the f32 path).
@@ -154,13 +181,13 @@ enum class MatmulMode : uint8_t {
 const char* matmul_mode_name(MatmulMode m);  // "reference", "q8", "q8x2"
 
 // A kernel spec: tokens separated by ':' — a mode ("reference", "q8", "q8x2") and/or an instruction set
-// ("avx2", "avx2-maddubs", "avx512vnni", "avx512vnni-rows", "neon", "neon-dotprod", "neon-nodotprod", "portable"),
+// ("avx2", "avx2-maddubs", "avx512vnni", "avx512vnni-rows", "avx512vnni-r4", "neon", "neon-dotprod", "neon-nodotprod", "portable"),
 // e.g. "q8", "avx2", "q8:portable". What the spec leaves out keeps *mode / *table as given.
 // false (with *bad set to the offending token) for an unknown or unavailable token.
 bool parse_kernel_spec(const char* spec, MatmulMode* mode, const KernelTable** table, std::string* bad);
 // Every instruction-set name parse_kernel_spec knows, for help and error texts (kernels_by_name
 // is the list's other half: add a name to both).
-inline constexpr const char* kKernelSetNames = "avx2, avx2-maddubs, avx512vnni, avx512vnni-rows, neon, neon-dotprod, neon-nodotprod, portable";
+inline constexpr const char* kKernelSetNames = "avx2, avx2-maddubs, avx512vnni, avx512vnni-rows, avx512vnni-r4, neon, neon-dotprod, neon-nodotprod, portable";
 
 // The table for this CPU (AVX2+FMA when the CPU has it, NEON on aarch64, else portable), or the
 // instruction set named in PHASEKV_KERNELS.

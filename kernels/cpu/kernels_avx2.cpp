@@ -142,14 +142,19 @@ void matmul_q8x2_rows_avx512vnni(const MatmulArgs& a, int row_begin, int row_end
 #if !defined(PKV_Q8_ZMM) || PKV_Q8_ZMM  // -DPKV_Q8_ZMM=0 (a comparison build): no 512-bit kernels, no R4
 void matmul_q8_rows_r4_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
 void matmul_q8x2_rows_r4_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
+void matmul_q8_rows_r16_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
+void matmul_q8x2_rows_r16_avx512vnni(const MatmulArgs& a, int row_begin, int row_end);
 #define PKV_R4_AVX512VNNI matmul_q8_rows_r4_avx512vnni, matmul_q8x2_rows_r4_avx512vnni
+#define PKV_R16_AVX512VNNI matmul_q8_rows_r16_avx512vnni, matmul_q8x2_rows_r16_avx512vnni
 #else
 #define PKV_R4_AVX512VNNI nullptr, nullptr
+#define PKV_R16_AVX512VNNI nullptr, nullptr
 #endif
 using Q8RowsFn = void (*)(const MatmulArgs&, int, int);
 // The AVX2 table with the q8 kernels given (AVX2's own, or AVX-512 VNNI's), named q8_isa, and the
-// R4 kernels where there are (a constant expression: the tables exist before any code runs).
-constexpr KernelTable avx2_table(const char* q8_isa, Q8RowsFn q8, Q8RowsFn q8x2, Q8RowsFn r4, Q8RowsFn r4x2) {
+// R4 and R16 kernels where there are (a constant expression: the tables exist before any code runs).
+constexpr KernelTable avx2_table(const char* q8_isa, Q8RowsFn q8, Q8RowsFn q8x2, Q8RowsFn r4, Q8RowsFn r4x2,
+                                 Q8RowsFn r16, Q8RowsFn r16x2) {
   return {"avx2",
           dequant_avx2,
           impl::dot<Vec8Avx2>,
@@ -165,19 +170,26 @@ constexpr KernelTable avx2_table(const char* q8_isa, Q8RowsFn q8, Q8RowsFn q8x2,
           impl::silu_mul_q8<Vec8Avx2>,
           q8_isa,
           r4,
-          r4x2};
+          r4x2,
+          r16,
+          r16x2};
 }
 extern const KernelTable kAvx2Kernels;  // external linkage (a namespace-scope const is internal otherwise)
 constexpr KernelTable kAvx2Kernels =
-    avx2_table("avx2", q8::matmul_rows<q8::Avx2>, q8::matmul_rows<q8::Avx2X2>, nullptr, nullptr);
+    avx2_table("avx2", q8::matmul_rows<q8::Avx2>, q8::matmul_rows<q8::Avx2X2>, nullptr, nullptr, nullptr, nullptr);
 extern const KernelTable kAvx2VnniKernels;
 constexpr KernelTable kAvx2VnniKernels =
-    avx2_table("avx512vnni", matmul_q8_rows_avx512vnni, matmul_q8x2_rows_avx512vnni, PKV_R4_AVX512VNNI);
-// Without the R4 kernels: the weights stay in the file's rows ("avx512vnni-rows", for
-// comparisons; the same bits).
+    avx2_table("avx512vnni", matmul_q8_rows_avx512vnni, matmul_q8x2_rows_avx512vnni, PKV_R4_AVX512VNNI,
+               PKV_R16_AVX512VNNI);
+// Without the R16 kernels ("avx512vnni-r4": Q4_0 / Q4_1 in R4 too, the other instruction sets'
+// bits) and without any copies ("avx512vnni-rows": the file's rows, the same bits as R4).
+extern const KernelTable kAvx512VnniR4Kernels;
+constexpr KernelTable kAvx512VnniR4Kernels =
+    avx2_table("avx512vnni-r4", matmul_q8_rows_avx512vnni, matmul_q8x2_rows_avx512vnni, PKV_R4_AVX512VNNI, nullptr,
+               nullptr);
 extern const KernelTable kAvx512VnniRowsKernels;
-constexpr KernelTable kAvx512VnniRowsKernels =
-    avx2_table("avx512vnni-rows", matmul_q8_rows_avx512vnni, matmul_q8x2_rows_avx512vnni, nullptr, nullptr);
+constexpr KernelTable kAvx512VnniRowsKernels = avx2_table("avx512vnni-rows", matmul_q8_rows_avx512vnni,
+                                                          matmul_q8x2_rows_avx512vnni, nullptr, nullptr, nullptr, nullptr);
 
 }  // namespace cpu
 }  // namespace phasekv

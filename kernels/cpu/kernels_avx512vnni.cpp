@@ -28,6 +28,15 @@ void matmul_q8_rows_r4_avx512vnni(const MatmulArgs& a, int row_begin, int row_en
 void matmul_q8x2_rows_r4_avx512vnni(const MatmulArgs& a, int row_begin, int row_end) {
   q8::Avx512VnniX2::matmul_rows_r4(a, row_begin, row_end);
 }
+
+// On weights in the R16 layout (WeightLayout::R16; q8_avx2.h tile16_r16): R16's own order.
+void matmul_q8_rows_r16_avx512vnni(const MatmulArgs& a, int row_begin, int row_end) {
+  q8::Avx512Vnni::matmul_rows_r16(a, row_begin, row_end);
+}
+
+void matmul_q8x2_rows_r16_avx512vnni(const MatmulArgs& a, int row_begin, int row_end) {
+  q8::Avx512VnniX2::matmul_rows_r16(a, row_begin, row_end);
+}
 #endif
 
 }  // namespace cpu

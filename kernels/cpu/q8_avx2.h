@@ -791,6 +791,91 @@ struct PKV_Q8_AVX2_POLICY_T {
       default: PKV_ASSERT(!"matmul_q8_rows_r4: a weight type without an R4 layout (r4_supported)");
     }
   }
+  // Sixteen rows x NT tokens of group g on weights in the R16 layout (cpu_kernels.h
+  // WeightLayout::R16): the int32 lanes are the rows. Per block, each of the four 64-byte parts
+  // splits into low nibbles (elements 4L .. 4L + 3 of every row: the first half block) and high
+  // nibbles (16 + 4L ..: the second), and one dpbusd per half and activation part (q; q8x2 also r)
+  // against those four x bytes broadcast adds them to the half's exact int32 sum. Then per token
+  // and half one conversion and one fma, scaled by d_r * d_x,h -- R16's order, the same for every
+  // NT, so prefill tiles and decode give the same bits.
+  template <DType T, int NT>
+  static void tile16_r16(const MatmulArgs& a, int g, int t0) {
+    static_assert(T == DType::Q4_0 || T == DType::Q4_1, "tile16_r16: Q4_0 and Q4_1 (r16_supported)");
+    constexpr int kH = r16_header_bytes(T);
+    const int nb = a.k / 32;
+    const uint8_t* qs = static_cast<const uint8_t*>(a.w) + size_t(g) * nb * 256;
+    const uint8_t* hs = static_cast<const uint8_t*>(a.w_hdr) + size_t(g) * nb * kH;
+    __m512 acc[NT], accm[NT];
+    PKV_UNROLL for (int t = 0; t < NT; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int b = 0; b < nb; ++b) {
+      const uint8_t* q = qs + size_t(b) * 256;
+      const uint8_t* h = hs + size_t(b) * kH;
+      PKV_UNROLL for (int off = 0; off < 256; off += 64) __builtin_prefetch(q + off + PKV_Q8_PREFETCH);
+      if constexpr (kH == 64) __builtin_prefetch(h + PKV_Q8_PREFETCH / 4);
+      else if ((b & 1) == 0) __builtin_prefetch(h + PKV_Q8_PREFETCH / 8);
+      __m512i sum[NT][4];  // per token: q half 0, q half 1, (q8x2) r half 0, r half 1
+      PKV_UNROLL for (int t = 0; t < NT; ++t) PKV_UNROLL for (int i = 0; i < 4; ++i) sum[t][i] = _mm512_setzero_si512();
+      PKV_UNROLL for (int part = 0; part < 4; ++part) {
+        const __m512i v = _mm512_load_si512(q + 64 * part);
+        const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        PKV_UNROLL for (int t = 0; t < NT; ++t) {
+          const XB& x = xq_of<X2>(a)[size_t(t0 + t) * nb + b];
+          int32_t x0, x1;
+          std::memcpy(&x0, x.q + 4 * part, 4);
+          std::memcpy(&x1, x.q + 16 + 4 * part, 4);
+          sum[t][0] = _mm512_dpbusd_epi32(sum[t][0], lo, _mm512_set1_epi32(x0));
+          sum[t][1] = _mm512_dpbusd_epi32(sum[t][1], hi, _mm512_set1_epi32(x1));
+          if constexpr (X2) {
+            std::memcpy(&x0, x.r + 4 * part, 4);
+            std::memcpy(&x1, x.r + 16 + 4 * part, 4);
+            sum[t][2] = _mm512_dpbusd_epi32(sum[t][2], lo, _mm512_set1_epi32(x0));
+            sum[t][3] = _mm512_dpbusd_epi32(sum[t][3], hi, _mm512_set1_epi32(x1));
+          }
+        }
+      }
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+      // Q4_1's stored minima; Q4_0's d_r * -8 (exact: a power of two)
+      const __m512 m = T == DType::Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 32)))
+                                        : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
+      PKV_UNROLL for (int t = 0; t < NT; ++t) {
+        const XB& x = xq_of<X2>(a)[size_t(t0 + t) * nb + b];
+        __m512i i0 = sum[t][0], i1 = sum[t][1];
+        if constexpr (X2) {  // 128 sum(w q) + sum(w r): exact in int32, and in f32 (< 2^24)
+          i0 = _mm512_add_epi32(_mm512_slli_epi32(i0, 7), sum[t][2]);
+          i1 = _mm512_add_epi32(_mm512_slli_epi32(i1, 7), sum[t][3]);
+        }
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.d[0])), _mm512_cvtepi32_ps(i0), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.d[1])), _mm512_cvtepi32_ps(i1), acc[t]);
+        accm[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s), accm[t]);
+      }
+    }
+    PKV_UNROLL for (int t = 0; t < NT; ++t)
+      _mm512_storeu_ps(a.y + size_t(t0 + t) * a.ldy + 16 * size_t(g), _mm512_add_ps(acc[t], accm[t]));
+  }
+  template <DType T>
+  static void rows_r16(const MatmulArgs& a, int row_begin, int row_end) {
+    PKV_ASSERT(row_begin % 16 == 0 && row_end % 16 == 0);
+    if (a.n_tok == 1) {
+      for (int r = row_begin; r < row_end; r += 16) tile16_r16<T, 1>(a, r / 16, 0);
+      return;
+    }
+    for (int t0 = 0; t0 < a.n_tok; t0 += PKV_Q8_TOKEN_BLOCK) {
+      const int t1 = std::min(a.n_tok, t0 + PKV_Q8_TOKEN_BLOCK);
+      for (int r = row_begin; r < row_end; r += 16) {
+        int t = t0;
+        for (; t + 4 <= t1; t += 4) tile16_r16<T, 4>(a, r / 16, t);
+        for (; t < t1; ++t) tile16_r16<T, 1>(a, r / 16, t);
+      }
+    }
+  }
+  static void matmul_rows_r16(const MatmulArgs& a, int row_begin, int row_end) {
+    switch (a.wtype) {
+      case DType::Q4_0: return rows_r16<DType::Q4_0>(a, row_begin, row_end);
+      case DType::Q4_1: return rows_r16<DType::Q4_1>(a, row_begin, row_end);
+      default: PKV_ASSERT(!"matmul_q8_rows_r16: a weight type without an R16 layout (r16_supported)");
+    }
+  }
 #if !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

@@ -397,6 +397,88 @@ TEST_CASE("q8x2: R4 kernels equal the portable kernels bit for bit") {
   r4_case<Q8x2Ops>();
 }
 
+// The R16 layout (cpu_kernels.h WeightLayout::R16) has an order of its own, so its kernels are
+// checked against that order evaluated here in scalar C++ from the file's blocks (decode32, not
+// the repacked bytes): per row and block, the exact integer sums of each half block, acc =
+// fma(d_r * d_x,h, I_h, acc) for h = 0, 1, accm = fma(m_r, s_x, accm), y = acc + accm. Bit for bit,
+// decode and prefill token counts (the 4-token tile and the single one), rows split as threads
+// split them; and within f32 rounding of the R4 / portable order.
+template <class O>
+void r16_case() {
+  using XB = typename O::XB;
+  std::mt19937 rng(23);
+  const cpu::KernelTable& ref = *cpu::kernels_by_name("portable");
+  int tested = 0;
+  for (DType dt : {DType::Q4_0, DType::Q4_1}) {
+    for (int rows : {16, 48}) {
+      const int k = 576, nb = k / 32;
+      size_t rb = 0;
+      const std::vector<uint8_t> w = weights(dt, rows, k, rng, &rb);
+      REQUIRE(cpu::r16_fits(dt, rows, k));
+      CHECK_FALSE(cpu::r16_fits(dt, rows + 4, k));
+      CHECK_FALSE(cpu::r16_fits(DType::Q8_0, rows, k));
+      CHECK(cpu::r16_bytes(dt, rows, k) == rb * size_t(rows));  // the same bytes as the file's rows
+      std::vector<uint8_t> r16(cpu::r16_bytes(dt, rows, k) + 64);
+      uint8_t* base = r16.data() + (64 - uintptr_t(r16.data()) % 64) % 64;  // the kernels' aligned loads
+      cpu::repack_r16(dt, w.data(), rb, rows, k, base);
+      for (int n : {1, 3, 4, 5, 8, 13}) {
+        const std::vector<float> x = activations(n, k, rng);
+        std::vector<XB> xq(size_t(n) * nb);
+        for (int t = 0; t < n; ++t) O::quant(ref, x.data() + size_t(t) * k, xq.data() + size_t(t) * nb, k);
+        std::vector<float> want(size_t(n) * rows), y_port(size_t(n) * rows), y(size_t(n) * rows);
+        for (int r = 0; r < rows; ++r)
+          for (int t = 0; t < n; ++t) {
+            float acc = 0.0f, accm = 0.0f;
+            for (int b = 0; b < nb; ++b) {
+              const Block32 wb = decode32(dt, w.data() + size_t(r) * rb, b);
+              const XB& xb = xq[size_t(t) * nb + b];
+              long sum[2] = {0, 0};
+              for (int i = 0; i < 32; ++i) sum[i / 16] += wb.q[i] * O::value(xb, i);
+              for (int h = 0; h < 2; ++h) acc = std::fma(wb.dw[0] * xb.d[h], float(sum[h]), acc);
+              accm = std::fma(wb.m, xb.s, accm);
+            }
+            want[size_t(t) * rows + r] = acc + accm;
+          }
+        cpu::MatmulArgs a{dt, w.data(), rb, x.data(), y_port.data(), k, n, rows};
+        O::set(a, xq.data());
+        O::mm(ref, a, 0, rows);
+        for (const cpu::KernelTable* t : tables()) {
+          auto fn = O::kX2 ? t->matmul_q8x2_rows_r16 : t->matmul_q8_rows_r16;
+          if (!fn) continue;
+          cpu::MatmulArgs b = a;
+          b.w = base;
+          b.w_layout = cpu::WeightLayout::R16;
+          b.w_hdr = base + cpu::r16_hdr_offset(dt, rows, k);
+          b.y = y.data();
+          std::fill(y.begin(), y.end(), -1.0f);
+          fn(b, 0, 16);
+          if (rows > 16) fn(b, 16, rows);
+          size_t diff = 0;
+          double num = 0, den = 0;
+          for (size_t i = 0; i < y.size(); ++i) {
+            diff += bits(y[i]) != bits(want[i]);
+            num += (double(y[i]) - y_port[i]) * (double(y[i]) - y_port[i]);
+            den += double(y_port[i]) * y_port[i];
+          }
+          INFO(O::kName << " R16 " << t->q8_isa << " " << dtype_name(dt) << " rows " << rows << " n=" << n);
+          CHECK(diff == 0);
+          CHECK(std::sqrt(num / den) < 1e-5);  // the portable order's result, to f32 rounding
+          ++tested;
+        }
+      }
+    }
+  }
+  if (tested == 0) MESSAGE("skipped: no instruction set with R16 kernels on this CPU (AVX-512 VNNI)");
+}
+
+TEST_CASE("q8: R16 kernels equal their order evaluated in scalar C++ bit for bit") {
+  r16_case<Q8Ops>();
+}
+
+TEST_CASE("q8x2: R16 kernels equal their order evaluated in scalar C++ bit for bit") {
+  r16_case<Q8x2Ops>();
+}
+
 TEST_CASE("q8: softmax_q8 and silu_mul_q8 within a few ulp of double precision, the same bits on every instruction set") {
   // The q8 mode's exp (kernels_impl.h vexp) is a fixed sequence of IEEE operations. Against
   // exp in double: e^x enters softmax([x, 0]) = e^x / (e^x + 1) through at most 4 more
@@ -685,7 +767,7 @@ TEST_CASE("q8 mode on tiny.gguf: deterministic across chunking and threads, clos
   }
 }
 
-TEST_CASE("q8 modes on tiny.gguf: the R4 weight copies give the file rows' bits, token by token and in prefill") {
+TEST_CASE("q8 modes on tiny.gguf: the R4 weight copies give the file rows' bits, R16 its own, token by token and in prefill") {
   // (The kernels themselves against the portable ones: the R4 test cases above.)
   if (!cpu::kernels_by_name("avx512vnni")) {
     MESSAGE("skipped: no AVX-512 VNNI here (the R4 kernels)");
@@ -700,7 +782,8 @@ TEST_CASE("q8 modes on tiny.gguf: the R4 weight copies give the file rows' bits,
   for (int i = 0; i < 20; ++i) ids.push_back(int32_t((i * 53 + 11) % int(m->config().vocab_size)));
   const size_t V = m->config().vocab_size;
   for (const char* mode : {"q8", "q8x2"}) {
-    const std::string r4_spec = std::string(mode) + ":avx512vnni", rows_spec = std::string(mode) + ":avx512vnni-rows";
+    const std::string r4_spec = std::string(mode) + ":avx512vnni-r4", rows_spec = std::string(mode) + ":avx512vnni-rows",
+                      r16_spec = std::string(mode) + ":avx512vnni";
     // The same table with and without the R4 copies ("avx512vnni-rows"): tiny.gguf's F16 / BF16 /
     // F32 matrices take the f32 path, whose 8-lane kernels differ from the portable table's in
     // the last bits, so the tables compared end to end differ only in the layout.
@@ -715,6 +798,22 @@ TEST_CASE("q8 modes on tiny.gguf: the R4 weight copies give the file rows' bits,
     const std::vector<float> r4p = logits_of(*m, ids, r4_spec.c_str(), 16, 2), rowsp = logits_of(*m, ids, rows_spec.c_str(), 16, 2);
     CHECK(std::memcmp(r4p.data(), rowsp.data(), V * 4) == 0);
     CHECK(std::memcmp(r4p.data(), r4.data() + r4.size() - V, V * 4) == 0);
+    // The default table copies Q4_0 / Q4_1 into R16 (its own order): the same logits token by
+    // token and in prefill, and within f32 rounding of R4's (the kernels' bits: the R16 cases).
+    WeightsSeen w_r16;
+    const std::vector<float> r16 = logits_of(*m, ids, r16_spec.c_str(), 1, 2, &w_r16),
+                             r16p = logits_of(*m, ids, r16_spec.c_str(), 16, 3);
+    CHECK(w_r16.mode != w_r4.mode);  // tiny.gguf has Q4_0 / Q4_1 matrices of 16k rows
+    CHECK(w_r16.bytes == w_r4.bytes);
+    CHECK(std::memcmp(r16p.data(), r16.data() + r16.size() - V, V * 4) == 0);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < r16.size(); ++i) {
+      num += (double(r16[i]) - r4[i]) * (double(r16[i]) - r4[i]);
+      den += double(r4[i]) * r4[i];
+    }
+    MESSAGE(mode << ": R16 vs R4 logits, rel L2 over 20 positions " << std::sqrt(num / den));
+    CHECK(std::memcmp(r16.data(), r4.data(), r4.size() * 4) != 0);
+    CHECK(std::sqrt(num / den) < 1e-4);
   }
 }
 
