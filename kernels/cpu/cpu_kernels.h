@@ -142,7 +142,8 @@ struct KernelTable {
   // acc[j] = fma(d_w * d_x[j / 4], float(lane j), acc[j]); then the fixed 8-lane reduction of dot(),
   // plus (Q4_1, Q5_1, Q4_K, Q5_K) the minima term sum_b fma(m_w, s_x, .) kept apart in block order. Integer sums
   // are exact and every float step is the same IEEE operation, so every instruction set
-  // (AVX2 maddubs, AVX-512 VNNI, NEON sdot, portable C++) gives the same bits.
+  // (AVX2 maddubs, AVX-512 VNNI, NEON sdot, portable C++) gives the same bits -- on the file's
+  // rows and in R4; R16 (matmul_q8_rows_r16 below) has an order of its own.
   void (*matmul_q8_rows)(const MatmulArgs& a, int row_begin, int row_end);
   // The q8x2 mode: quantize_q8x2 writes BlockQ8x2 (identical on every instruction set), and
   // matmul_q8x2_rows is matmul_q8_rows against a.xq2, each lane sum 128 * sum(w q) + sum(w r)
