@@ -4,11 +4,13 @@
 // round, rounds interleaved, so a noisy host slows all of them alike; prints the median round.
 // Checks the instruction sets' outputs equal the portable kernels' bit for bit before timing
 // (the portable kernels themselves are timed only where there is no other), and, where the
-// AVX-512 VNNI kernels are, the same on the R4 layout (cpu_kernels.h WeightLayout).
+// AVX-512 VNNI kernels are, the same on the R4 layout (cpu_kernels.h WeightLayout), and R16 to
+// f32 rounding (its own order).
 //   phasekv_q8_bench [--type Q4_1] [--rows 192] [--k 576, K-quants 768] [--rounds 9] [--ms 200]
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -141,7 +143,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  // What is timed: each table's kernels on the file's rows, and (AVX-512 VNNI) on the R4 layout.
+  // What is timed: each table's kernels on the file's rows, and (AVX-512 VNNI) on the R4 and R16 layouts.
   struct Entry {
     std::string name;
     void (*fn)(const cpu::MatmulArgs&, int, int);
@@ -164,6 +166,33 @@ int main(int argc, char** argv) {
       e.fn(e.a, 0, rows);
       if (std::memcmp(y.data(), y_ref.data(), y.size() * sizeof(float)) != 0) {
         std::fprintf(stderr, "%s: %s's outputs differ from the portable kernels'\n", argv[0], e.name.c_str());
+        return 1;
+      }
+      es.push_back(e);
+    }
+  // ... and on the R16 layout (Q4_0 / Q4_1, rows a multiple of 16): its own order, so checked
+  // against the portable kernels to f32 rounding (relative L2 <= 1e-5), not bit for bit (the
+  // bit-exact check of its order: tests/unit/test_q8.cpp).
+  std::vector<uint8_t> r16_buf;
+  for (const cpu::KernelTable* t : ts)
+    if (t->matmul_q8_rows_r16 && cpu::r16_fits(dt, rows, k)) {
+      r16_buf.resize(cpu::r16_bytes(dt, rows, k) + 64);
+      uint8_t* r16 = r16_buf.data() + (64 - uintptr_t(r16_buf.data()) % 64) % 64;  // its aligned loads
+      cpu::repack_r16(dt, w.data(), rb, rows, k, r16);
+      Entry e{std::string(t->q8_isa) + "-r16", t->matmul_q8_rows_r16, a};
+      e.a.w = r16;
+      e.a.w_layout = cpu::WeightLayout::R16;
+      e.a.w_hdr = r16 + cpu::r16_hdr_offset(dt, rows, k);
+      std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
+      e.a.y = y.data();
+      e.fn(e.a, 0, rows);
+      double num = 0, den = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        num += (double(y[i]) - y_ref[i]) * (double(y[i]) - y_ref[i]);
+        den += double(y_ref[i]) * y_ref[i];
+      }
+      if (!(num <= 1e-10 * den)) {  // NaN (an output left unwritten) fails too
+        std::fprintf(stderr, "%s: %s's outputs are not within 1e-5 of the portable kernels'\n", argv[0], e.name.c_str());
         return 1;
       }
       es.push_back(e);
