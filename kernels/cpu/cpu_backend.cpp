@@ -54,7 +54,7 @@ class RepackedWeights final : public WeightMapping {
     mode_ = r16 ? "host, q8 R16/R4 copies of the matmul weights" : "host, q8 R4 copies of the matmul weights";
   }
   ~RepackedWeights() override {
-    for (const Copy& c : copies_) std::free(c.r4);
+    for (const Copy& c : copies_) std::free(c.data);
   }
   Status view(const WeightView& host, bool matmul_only, WeightView* out) const override {
     PKV_RETURN_IF_ERROR(WeightMapping::view(host, matmul_only, out));
@@ -79,9 +79,9 @@ class RepackedWeights final : public WeightMapping {
       bytes_ += bytes;
       c = &copies_.back();
     }
-    out->data = c->r4;
+    out->data = c->data;
     out->layout = uint8_t(r16 ? cpu::WeightLayout::R16 : cpu::WeightLayout::R4);
-    out->aux = c->r4 + (r16 ? cpu::r16_hdr_offset(host.dtype, host.rows, host.cols) : cpu::r4_hdr_offset(host.dtype, host.rows, host.cols));
+    out->aux = c->data + (r16 ? cpu::r16_hdr_offset(host.dtype, host.rows, host.cols) : cpu::r4_hdr_offset(host.dtype, host.rows, host.cols));
     return Status::Ok();
   }
 
@@ -90,7 +90,7 @@ class RepackedWeights final : public WeightMapping {
     const void* src;
     DType dtype;
     int rows, cols;
-    uint8_t* r4;  // the copy (R4 or R16)
+    uint8_t* data;  // the copy, R4 or R16 (64-byte aligned: the R16 kernels' loads)
   };
   // The copied matrix's whole pages of a mapped model file leave the process's resident set (the
   // page cache keeps them): what is resident is then the copy instead of the file's pages, not

@@ -856,6 +856,7 @@ struct PKV_Q8_AVX2_POLICY_T {
   template <DType T>
   static void rows_r16(const MatmulArgs& a, int row_begin, int row_end) {
     PKV_ASSERT(row_begin % 16 == 0 && row_end % 16 == 0);
+    PKV_ASSERT(reinterpret_cast<uintptr_t>(a.w) % 64 == 0);  // tile16_r16's aligned loads (RepackedWeights aligns)
     if (a.n_tok == 1) {
       for (int r = row_begin; r < row_end; r += 16) tile16_r16<T, 1>(a, r / 16, 0);
       return;
