@@ -39,19 +39,21 @@ class InPlaceWeights final : public WeightMapping {
 };
 
 // In place too, except the matrices only matmul reads that fit the R16 layout (Q4_0, Q4_1, where
-// the kernels have R16) or else the R4 layout (Q4_0, Q4_1, Q8_0; cpu_kernels.h WeightLayout):
+// the kernels have R16) or else the R4 layout (Q4_0, Q4_1, Q8_0, where they have R4; cpu_kernels.h WeightLayout):
 // those are read from a copy in that layout, made when a context first asks for the matrix
 // (Context::bind_weights, never a prefill or decode) and shared by every later context of the
-// model that repacks the same way (weights_key "cpu-r16" / "cpu-r4"). The copy has the file's
+// model that repacks the same way (weights_key "cpu-r16-r4" / "cpu-r16" / "cpu-r4"). The copy has the file's
 // size, and the file's pages of the copied matrix leave the resident set (drop_file_pages).
 class RepackedWeights final : public WeightMapping {
  public:
-  RepackedWeights(const HostRegion* r, int n, bool r16) : host_(r, r + n), r16_(r16) {
+  RepackedWeights(const HostRegion* r, int n, bool r16, bool r4) : host_(r, r + n), r16_(r16), r4_(r4) {
     for (int i = 0; i < n; ++i) {
       const uint8_t* p = static_cast<const uint8_t*>(r[i].data);
       regions_.push_back({p, r[i].bytes, p});
     }
-    mode_ = r16 ? "host, q8 R16/R4 copies of the matmul weights" : "host, q8 R4 copies of the matmul weights";
+    mode_ = r16 && r4 ? "host, q8 R16/R4 copies of the matmul weights"
+            : r16     ? "host, q8 R16 copies of the Q4 matmul weights"
+                      : "host, q8 R4 copies of the matmul weights";
   }
   ~RepackedWeights() override {
     for (const Copy& c : copies_) std::free(c.data);
@@ -59,7 +61,7 @@ class RepackedWeights final : public WeightMapping {
   Status view(const WeightView& host, bool matmul_only, WeightView* out) const override {
     PKV_RETURN_IF_ERROR(WeightMapping::view(host, matmul_only, out));
     const bool r16 = r16_ && cpu::r16_fits(host.dtype, host.rows, host.cols);
-    if (!matmul_only || !out->data || !(r16 || cpu::r4_fits(host.dtype, host.rows, host.cols))) return Status::Ok();
+    if (!matmul_only || !out->data || !(r16 || (r4_ && cpu::r4_fits(host.dtype, host.rows, host.cols)))) return Status::Ok();
     std::lock_guard<std::mutex> lock(mu_);
     const Copy* c = nullptr;
     for (const Copy& e : copies_)
@@ -107,7 +109,7 @@ class RepackedWeights final : public WeightMapping {
     }
   }
   std::vector<HostRegion> host_;
-  bool r16_;
+  bool r16_, r4_;  // the kernels read R16 (Q4_0, Q4_1) / R4 copies
   mutable std::mutex mu_;
   mutable std::vector<Copy> copies_;
 };
@@ -115,12 +117,12 @@ class RepackedWeights final : public WeightMapping {
 }  // namespace
 
 bool CpuBackend::repacks_weights() const {
-  return mode_ != cpu::MatmulMode::Reference && k_.matmul_q8_rows_r4 && k_.matmul_q8x2_rows_r4;
+  return mode_ != cpu::MatmulMode::Reference && (has_r4() || has_r16());
 }
 
 Status CpuBackend::map_weights(const HostRegion* regions, int n_regions, std::shared_ptr<WeightMapping>* out) {
   if (repacks_weights())
-    *out = std::make_shared<RepackedWeights>(regions, n_regions, k_.matmul_q8_rows_r16 && k_.matmul_q8x2_rows_r16);
+    *out = std::make_shared<RepackedWeights>(regions, n_regions, has_r16(), has_r4());
   else
     *out = std::make_shared<InPlaceWeights>(regions, n_regions);
   return Status::Ok();

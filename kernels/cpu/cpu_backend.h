@@ -31,12 +31,16 @@ class CpuBackend final : public Backend {
   // Everything in ordinary host memory; weights read in place from the mapped file.
   MemorySpace state_space() const override { return MemorySpace::Host; }
   MemorySpace weights_space() const override { return MemorySpace::Host; }
-  // "cpu": the weights in place; "cpu-r4": in the q8 modes with R4 kernels (AVX-512 VNNI), the
-  // matmul weights that fit the R4 layout as R4 copies; "cpu-r16": the same with Q4_0 / Q4_1 as
-  // R16 copies where they fit (cpu_backend.cpp RepackedWeights, cpu_kernels.h WeightLayout).
+  // "cpu": the weights in place; in the q8 modes, the matmul weights that fit a layout the kernels
+  // have as copies in it: "cpu-r16" Q4_0 / Q4_1 in R16 (AVX2, AVX-512 VNNI), "cpu-r4" those of R4
+  // (AVX-512 VNNI: Q4_0, Q4_1, Q8_0), "cpu-r16-r4" R16 where it fits, else R4 (cpu_backend.cpp
+  // RepackedWeights, cpu_kernels.h WeightLayout). Contexts share a mapping only with the same key.
   std::string weights_key() const override {
-    return !repacks_weights() ? "cpu" : k_.matmul_q8_rows_r16 && k_.matmul_q8x2_rows_r16 ? "cpu-r16" : "cpu-r4";
+    if (!repacks_weights()) return "cpu";
+    return has_r16() && has_r4() ? "cpu-r16-r4" : has_r16() ? "cpu-r16" : "cpu-r4";
   }
+  bool has_r4() const { return k_.matmul_q8_rows_r4 && k_.matmul_q8x2_rows_r4; }
+  bool has_r16() const { return k_.matmul_q8_rows_r16 && k_.matmul_q8x2_rows_r16; }
   bool repacks_weights() const;
   Status map_weights(const HostRegion* regions, int n_regions, std::shared_ptr<WeightMapping>* out) override;
   Status allocate(MemorySpace space, size_t bytes, void** out) override;

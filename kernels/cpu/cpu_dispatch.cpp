@@ -18,6 +18,7 @@ namespace cpu {
 extern const KernelTable kPortableKernels;
 #if defined(__x86_64__) && defined(PHASEKV_HAVE_AVX2_KERNELS)
 extern const KernelTable kAvx2Kernels;
+extern const KernelTable kAvx2RowsKernels;
 extern const KernelTable kAvx2VnniKernels;
 extern const KernelTable kAvx512VnniRowsKernels;
 extern const KernelTable kAvx512VnniR4Kernels;
@@ -61,6 +62,8 @@ const KernelTable* kernels_by_name(const char* name) {
   // "avx2": the best x86 table (its q8 lanes with VNNI when the CPU has it); the others pin one.
   if (std::strcmp(name, "avx2") == 0 && cpu_has_avx2()) return cpu_has_avx512vnni() ? &kAvx2VnniKernels : &kAvx2Kernels;
   if (std::strcmp(name, "avx2-maddubs") == 0 && cpu_has_avx2()) return &kAvx2Kernels;
+  // ... without its R16 copies (every matrix on the file's rows: the other instruction sets' bits).
+  if (std::strcmp(name, "avx2-rows") == 0 && cpu_has_avx2()) return &kAvx2RowsKernels;
   if (std::strcmp(name, "avx512vnni") == 0 && cpu_has_avx512vnni()) return &kAvx2VnniKernels;
   // The same kernels on the file's rows only (no R4 copies of the weights): comparisons.
   if (std::strcmp(name, "avx512vnni-rows") == 0 && cpu_has_avx512vnni()) return &kAvx512VnniRowsKernels;

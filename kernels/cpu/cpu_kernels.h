@@ -64,23 +64,29 @@ static_assert(sizeof(BlockQ8x2) == 76, "BlockQ8x2 is 76 bytes");
 // (g nb + b) r4_header_bytes: the four rows' f16 d, then (Q4_1) their f16 m. The same bytes in
 // all: 18, 20 and 34 per row and block.
 //
-// R16 (Q4_0, Q4_1; the AVX-512 VNNI kernels only): sixteen rows interleaved so that the int32
-// lanes of one dot-product instruction are the sixteen rows. For G = rows / 16 groups: block b of
-// group g at (g nb + b) 256 holds four 64-byte parts, part L's byte 4 r + e the file's byte 4 L +
-// e of row r's block (low nibble element 4 L + e, high nibble element 16 + 4 L + e); then the
-// scales at r16_hdr_offset + (g nb + b) r16_header_bytes: the sixteen rows' f16 d, then (Q4_1)
-// their f16 m. 18 and 20 bytes per row and block, as in the file. Its kernels sum each half
-// block's products exactly in int32 and take it into f32 with one fma per half -- per row and
-// block acc = fma(d_r d_x0, I_0, acc), acc = fma(d_r d_x1, I_1, acc), the minima apart as
-// accm = fma(m_r, s_x, accm) (Q4_0: m_r = -8 d_r), y = acc + accm -- an order of their own: the
-// same bits for any chunking and thread count, not the Rows / R4 kernels' bits (those keep eight
-// lane sums per row; the two differ at the f32 rounding level, ~1e-7 relative).
+// R16 (Q4_0, Q4_1, Q8_0; the AVX2 and AVX-512 VNNI kernels): sixteen rows interleaved so that
+// the int32 lanes of one dot-product instruction are the sixteen rows. For G = rows / 16 groups:
+// block b of group g at (g nb + b) r16_quant_bytes -- Q4_0 / Q4_1: 256 bytes, four 64-byte parts,
+// part L's byte 4 r + e the file's byte 4 L + e of row r's block (low nibble element 4 L + e,
+// high nibble element 16 + 4 L + e); Q8_0: 512 bytes, eight parts, part L's byte 4 r + e row r's
+// int8 element 4 L + e -- then the scales at r16_hdr_offset + (g nb + b) r16_header_bytes: the
+// sixteen rows' f16 d, then (Q4_1) their f16 m. 18, 20 and 34 bytes per row and block, as in the
+// file. Its kernels sum each half block's products exactly in int32 and take it into f32 with one
+// fma per half -- per row and block acc = fma(d_r d_x0, I_0, acc), acc = fma(d_r d_x1, I_1, acc),
+// the minima apart as accm = fma(m_r, s_x, accm) (Q4_0: m_r = -8 d_r; Q8_0: none, accm = 0),
+// y = acc + accm -- an order of their own: the same bits for any chunking, thread count and
+// instruction set that has it, not the Rows / R4 kernels' bits (those keep eight lane sums per
+// row; the two differ at the f32 rounding level, ~1e-7 relative). (q8x2 on Q8_0: I_h = 128 sum(w q)
+// + sum(w r) can pass 2^24, where its conversion rounds to nearest even: still one order.)
 enum class WeightLayout : uint8_t { Rows = 0, R4 = 1, R16 = 2 };
 constexpr bool r16_supported(DType t) {
-  return t == DType::Q4_0 || t == DType::Q4_1;
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0;
 }
 constexpr int r16_header_bytes(DType t) {
   return t == DType::Q4_1 ? 64 : 32;
+}
+constexpr int r16_quant_bytes(DType t) {
+  return t == DType::Q8_0 ? 512 : 256;
 }
 // Whether a rows x k matrix of type t can be held as R16 (r16_supported, rows a multiple of 16, k of 32).
 bool r16_fits(DType t, int rows, int k);
@@ -182,13 +188,13 @@ enum class MatmulMode : uint8_t {
 const char* matmul_mode_name(MatmulMode m);  // "reference", "q8", "q8x2"
 
 // A kernel spec: tokens separated by ':' — a mode ("reference", "q8", "q8x2") and/or an instruction set
-// ("avx2", "avx2-maddubs", "avx512vnni", "avx512vnni-rows", "avx512vnni-r4", "neon", "neon-dotprod", "neon-nodotprod", "portable"),
+// ("avx2", "avx2-maddubs", "avx2-rows", "avx512vnni", "avx512vnni-rows", "avx512vnni-r4", "neon", "neon-dotprod", "neon-nodotprod", "portable"),
 // e.g. "q8", "avx2", "q8:portable". What the spec leaves out keeps *mode / *table as given.
 // false (with *bad set to the offending token) for an unknown or unavailable token.
 bool parse_kernel_spec(const char* spec, MatmulMode* mode, const KernelTable** table, std::string* bad);
 // Every instruction-set name parse_kernel_spec knows, for help and error texts (kernels_by_name
 // is the list's other half: add a name to both).
-inline constexpr const char* kKernelSetNames = "avx2, avx2-maddubs, avx512vnni, avx512vnni-rows, avx512vnni-r4, neon, neon-dotprod, neon-nodotprod, portable";
+inline constexpr const char* kKernelSetNames = "avx2, avx2-maddubs, avx2-rows, avx512vnni, avx512vnni-rows, avx512vnni-r4, neon, neon-dotprod, neon-nodotprod, portable";
 
 // The table for this CPU (AVX2+FMA when the CPU has it, NEON on aarch64, else portable), or the
 // instruction set named in PHASEKV_KERNELS.

@@ -174,9 +174,16 @@ constexpr KernelTable avx2_table(const char* q8_isa, Q8RowsFn q8, Q8RowsFn q8x2,
           r16,
           r16x2};
 }
+// AVX2's q8 kernels: Q4_0 / Q4_1 matrices in the R16 layout (q8_avx2.h tile_r16_ymm: the same
+// bits as the AVX-512 VNNI R16 kernels), the others on the file's rows (no R4 kernels: the same
+// bits as AVX-512 VNNI's R4).
 extern const KernelTable kAvx2Kernels;  // external linkage (a namespace-scope const is internal otherwise)
-constexpr KernelTable kAvx2Kernels =
-    avx2_table("avx2", q8::matmul_rows<q8::Avx2>, q8::matmul_rows<q8::Avx2X2>, nullptr, nullptr, nullptr, nullptr);
+constexpr KernelTable kAvx2Kernels = avx2_table("avx2", q8::matmul_rows<q8::Avx2>, q8::matmul_rows<q8::Avx2X2>, nullptr,
+                                                nullptr, q8::Avx2::matmul_rows_r16, q8::Avx2X2::matmul_rows_r16);
+// ... and every matrix on the file's rows ("avx2-rows": the other instruction sets' bits).
+extern const KernelTable kAvx2RowsKernels;
+constexpr KernelTable kAvx2RowsKernels =
+    avx2_table("avx2-rows", q8::matmul_rows<q8::Avx2>, q8::matmul_rows<q8::Avx2X2>, nullptr, nullptr, nullptr, nullptr);
 extern const KernelTable kAvx2VnniKernels;
 constexpr KernelTable kAvx2VnniKernels =
     avx2_table("avx512vnni", matmul_q8_rows_avx512vnni, matmul_q8x2_rows_avx512vnni, PKV_R4_AVX512VNNI,

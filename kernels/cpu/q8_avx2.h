@@ -466,6 +466,152 @@ struct PKV_Q8_AVX2_POLICY_T {
     return true;
   }
 #endif
+#if !defined(PKV_Q8_VNNI)
+  // The R16 layout (cpu_kernels.h WeightLayout::R16) read with AVX2: each 64-byte part of a
+  // block is two 32-byte halves, rows 0 .. 7 and 8 .. 15 of the group, whose int32 lanes are the
+  // rows as in tile16_r16. maddubs multiplies a half's low (high) nibbles with the four x bytes of
+  // that part broadcast; the four parts' pair sums add up in int16 exactly (each at most
+  // 2 * 15 * 128 = 3840, four 15360 < 32767), and one madd per half block makes them the half's
+  // exact int32 sum I_h -- the integer tile16_r16's dpbusd chain gives. Then the same conversion
+  // and fmas per row, in the same order: the same bits as the AVX-512 VNNI R16 kernels. NH row
+  // halves (of 8) from half j0 of group g, NT tokens from t0.
+  template <DType T, int NT, int NH>
+  static void tile_r16_ymm(const MatmulArgs& a, int g, int j0, int t0) {
+    static_assert(r16_supported(T), "tile_r16_ymm: R16's types");
+    constexpr bool kQ8 = T == DType::Q8_0;
+    constexpr int kH = r16_header_bytes(T), kQB = r16_quant_bytes(T), kS = X2 ? 4 : 2;
+    const int nb = a.k / 32;
+    const uint8_t* qs = static_cast<const uint8_t*>(a.w) + size_t(g) * nb * kQB + 32 * j0;
+    const uint8_t* hs = static_cast<const uint8_t*>(a.w_hdr) + size_t(g) * nb * kH + 16 * j0;
+    __m256 acc[NT][NH], accm[NT][NH];
+    PKV_UNROLL for (int t = 0; t < NT; ++t) PKV_UNROLL for (int j = 0; j < NH; ++j) acc[t][j] = accm[t][j] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    for (int b = 0; b < nb; ++b) {
+      const uint8_t* q = qs + size_t(b) * kQB;
+      const uint8_t* h = hs + size_t(b) * kH;
+      PKV_UNROLL for (int off = 0; off < kQB; off += 64) __builtin_prefetch(q - 32 * j0 + off + PKV_Q8_PREFETCH);
+      if constexpr (kH == 64) __builtin_prefetch(h - 16 * j0 + PKV_Q8_PREFETCH / 4);
+      else if ((b & 1) == 0) __builtin_prefetch(h - 16 * j0 + PKV_Q8_PREFETCH / 8);
+      // Q4: int16 pair sums, Q8_0: int32 sums -- q half 0, q half 1, (q8x2) r half 0, r half 1
+      __m256i sum[NT][NH][kS];
+      PKV_UNROLL for (int t = 0; t < NT; ++t) PKV_UNROLL for (int j = 0; j < NH; ++j) PKV_UNROLL for (int i = 0; i < kS; ++i)
+        sum[t][j][i] = _mm256_setzero_si256();
+      // Q8_0's signed weights: maddubs of |w| and sign(x, w) (each pair sum at most 2 * 128 * 127,
+      // so no saturation; madd takes every part to int32 at once), part L holding elements 4 L ..
+      if constexpr (kQ8) PKV_UNROLL for (int part = 0; part < 8; ++part) {
+        __m256i w[NH], aw[NH];
+        PKV_UNROLL for (int j = 0; j < NH; ++j) {
+          w[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * part + 32 * j));
+          aw[j] = _mm256_abs_epi8(w[j]);
+        }
+        PKV_UNROLL for (int t = 0; t < NT; ++t) {
+          const XB& x = xq_of<X2>(a)[size_t(t0 + t) * nb + b];
+          int32_t x0;
+          std::memcpy(&x0, x.q + 4 * part, 4);
+          const __m256i b0 = _mm256_set1_epi32(x0), one = _mm256_set1_epi16(1);
+          PKV_UNROLL for (int j = 0; j < NH; ++j)
+            sum[t][j][part / 4] = _mm256_add_epi32(sum[t][j][part / 4], _mm256_madd_epi16(_mm256_maddubs_epi16(aw[j], _mm256_sign_epi8(b0, w[j])), one));
+          if constexpr (X2) {
+            std::memcpy(&x0, x.r + 4 * part, 4);
+            const __m256i r0 = _mm256_set1_epi32(x0);
+            PKV_UNROLL for (int j = 0; j < NH; ++j)
+              sum[t][j][2 + part / 4] = _mm256_add_epi32(sum[t][j][2 + part / 4], _mm256_madd_epi16(_mm256_maddubs_epi16(aw[j], _mm256_sign_epi8(r0, w[j])), one));
+          }
+        }
+      }
+      else PKV_UNROLL for (int part = 0; part < 4; ++part) {
+        __m256i lo[NH], hi[NH];
+        PKV_UNROLL for (int j = 0; j < NH; ++j) {
+          const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * part + 32 * j));
+          lo[j] = _mm256_and_si256(v, low4);
+          hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        }
+        PKV_UNROLL for (int t = 0; t < NT; ++t) {
+          const XB& x = xq_of<X2>(a)[size_t(t0 + t) * nb + b];
+          int32_t x0, x1;
+          std::memcpy(&x0, x.q + 4 * part, 4);
+          std::memcpy(&x1, x.q + 16 + 4 * part, 4);
+          const __m256i b0 = _mm256_set1_epi32(x0), b1 = _mm256_set1_epi32(x1);
+          PKV_UNROLL for (int j = 0; j < NH; ++j) {
+            sum[t][j][0] = _mm256_add_epi16(sum[t][j][0], _mm256_maddubs_epi16(lo[j], b0));
+            sum[t][j][1] = _mm256_add_epi16(sum[t][j][1], _mm256_maddubs_epi16(hi[j], b1));
+          }
+          if constexpr (X2) {
+            std::memcpy(&x0, x.r + 4 * part, 4);
+            std::memcpy(&x1, x.r + 16 + 4 * part, 4);
+            const __m256i r0 = _mm256_set1_epi32(x0), r1 = _mm256_set1_epi32(x1);
+            PKV_UNROLL for (int j = 0; j < NH; ++j) {
+              sum[t][j][kS - 2] = _mm256_add_epi16(sum[t][j][kS - 2], _mm256_maddubs_epi16(lo[j], r0));
+              sum[t][j][kS - 1] = _mm256_add_epi16(sum[t][j][kS - 1], _mm256_maddubs_epi16(hi[j], r1));
+            }
+          }
+        }
+      }
+      PKV_UNROLL for (int j = 0; j < NH; ++j) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 16 * j)));
+        // Q4_1's stored minima; Q4_0's d_r * -8 (exact: a power of two); Q8_0 none
+        [[maybe_unused]] const __m256 m = T == DType::Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 32 + 16 * j)))
+                                          : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+        PKV_UNROLL for (int t = 0; t < NT; ++t) {
+          const XB& x = xq_of<X2>(a)[size_t(t0 + t) * nb + b];
+          __m256i i0, i1;
+          if constexpr (kQ8 && X2) {
+            i0 = _mm256_add_epi32(_mm256_slli_epi32(sum[t][j][0], 7), sum[t][j][2]);
+            i1 = _mm256_add_epi32(_mm256_slli_epi32(sum[t][j][1], 7), sum[t][j][3]);
+          } else if constexpr (kQ8) {
+            i0 = sum[t][j][0];
+            i1 = sum[t][j][1];
+          } else if constexpr (X2) {  // 128 sum(w q) + sum(w r), exact in int32 as tile16_r16's
+            i0 = _mm256_add_epi32(_mm256_madd_epi16(sum[t][j][0], _mm256_set1_epi16(128)), _mm256_madd_epi16(sum[t][j][2], _mm256_set1_epi16(1)));
+            i1 = _mm256_add_epi32(_mm256_madd_epi16(sum[t][j][1], _mm256_set1_epi16(128)), _mm256_madd_epi16(sum[t][j][3], _mm256_set1_epi16(1)));
+          } else {
+            i0 = _mm256_madd_epi16(sum[t][j][0], _mm256_set1_epi16(1));
+            i1 = _mm256_madd_epi16(sum[t][j][1], _mm256_set1_epi16(1));
+          }
+          acc[t][j] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x.d[0])), _mm256_cvtepi32_ps(i0), acc[t][j]);
+          acc[t][j] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x.d[1])), _mm256_cvtepi32_ps(i1), acc[t][j]);
+          if constexpr (!kQ8) accm[t][j] = _mm256_fmadd_ps(m, _mm256_set1_ps(x.s), accm[t][j]);
+        }
+      }
+    }
+    PKV_UNROLL for (int t = 0; t < NT; ++t) PKV_UNROLL for (int j = 0; j < NH; ++j)
+      _mm256_storeu_ps(a.y + size_t(t0 + t) * a.ldy + 16 * size_t(g) + 8 * size_t(j0 + j), _mm256_add_ps(acc[t][j], accm[t][j]));
+  }
+#ifndef PKV_R16_YMM_DECODE_NH  // row halves per decode tile (both: the x broadcasts once per 16 rows)
+#define PKV_R16_YMM_DECODE_NH 1
+#endif
+#ifndef PKV_R16_YMM_PREFILL_NT  // tokens per prefill tile (one row half)
+#define PKV_R16_YMM_PREFILL_NT 2
+#endif
+  template <DType T>
+  static void rows_r16(const MatmulArgs& a, int row_begin, int row_end) {
+    PKV_ASSERT(row_begin % 16 == 0 && row_end % 16 == 0);
+    PKV_ASSERT(reinterpret_cast<uintptr_t>(a.w) % 32 == 0);  // tile_r16_ymm's aligned loads (RepackedWeights aligns to 64)
+    constexpr int NH = PKV_R16_YMM_DECODE_NH, NT = PKV_R16_YMM_PREFILL_NT;
+    if (a.n_tok == 1) {
+      for (int r = row_begin; r < row_end; r += 16)
+        PKV_UNROLL for (int j = 0; j < 2; j += NH) tile_r16_ymm<T, 1, NH>(a, r / 16, j, 0);
+      return;
+    }
+    for (int t0 = 0; t0 < a.n_tok; t0 += PKV_Q8_TOKEN_BLOCK) {
+      const int t1 = std::min(a.n_tok, t0 + PKV_Q8_TOKEN_BLOCK);
+      for (int r = row_begin; r < row_end; r += 16)
+        for (int j = 0; j < 2; ++j) {
+          int t = t0;
+          for (; t + NT <= t1; t += NT) tile_r16_ymm<T, NT, 1>(a, r / 16, j, t);
+          for (; t < t1; ++t) tile_r16_ymm<T, 1, 1>(a, r / 16, j, t);
+        }
+    }
+  }
+  static void matmul_rows_r16(const MatmulArgs& a, int row_begin, int row_end) {
+    switch (a.wtype) {
+      case DType::Q4_0: return rows_r16<DType::Q4_0>(a, row_begin, row_end);
+      case DType::Q4_1: return rows_r16<DType::Q4_1>(a, row_begin, row_end);
+      case DType::Q8_0: return rows_r16<DType::Q8_0>(a, row_begin, row_end);
+      default: PKV_ASSERT(!"matmul_q8_rows_r16: a weight type without an R16 layout (r16_supported)");
+    }
+  }
+#endif
 #if defined(PKV_Q8_VNNI) && PKV_Q8_ZMM
 // GCC 12's avx512fintrin.h passes _mm512_undefined_*() as the unused merge source of unmasked
 // intrinsics, which -Wmaybe-uninitialized reports (GCC bug 105593, fixed in 13): silenced here only.
@@ -800,23 +946,42 @@ struct PKV_Q8_AVX2_POLICY_T {
   // NT, so prefill tiles and decode give the same bits.
   template <DType T, int NT>
   static void tile16_r16(const MatmulArgs& a, int g, int t0) {
-    static_assert(T == DType::Q4_0 || T == DType::Q4_1, "tile16_r16: Q4_0 and Q4_1 (r16_supported)");
-    constexpr int kH = r16_header_bytes(T);
+    static_assert(r16_supported(T), "tile16_r16: R16's types");
+    constexpr bool kQ8 = T == DType::Q8_0;
+    constexpr int kH = r16_header_bytes(T), kQB = r16_quant_bytes(T);
     const int nb = a.k / 32;
-    const uint8_t* qs = static_cast<const uint8_t*>(a.w) + size_t(g) * nb * 256;
+    const uint8_t* qs = static_cast<const uint8_t*>(a.w) + size_t(g) * nb * kQB;
     const uint8_t* hs = static_cast<const uint8_t*>(a.w_hdr) + size_t(g) * nb * kH;
     __m512 acc[NT], accm[NT];
     PKV_UNROLL for (int t = 0; t < NT; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int b = 0; b < nb; ++b) {
-      const uint8_t* q = qs + size_t(b) * 256;
+      const uint8_t* q = qs + size_t(b) * kQB;
       const uint8_t* h = hs + size_t(b) * kH;
-      PKV_UNROLL for (int off = 0; off < 256; off += 64) __builtin_prefetch(q + off + PKV_Q8_PREFETCH);
+      PKV_UNROLL for (int off = 0; off < kQB; off += 64) __builtin_prefetch(q + off + PKV_Q8_PREFETCH);
       if constexpr (kH == 64) __builtin_prefetch(h + PKV_Q8_PREFETCH / 4);
       else if ((b & 1) == 0) __builtin_prefetch(h + PKV_Q8_PREFETCH / 8);
       __m512i sum[NT][4];  // per token: q half 0, q half 1, (q8x2) r half 0, r half 1
       PKV_UNROLL for (int t = 0; t < NT; ++t) PKV_UNROLL for (int i = 0; i < 4; ++i) sum[t][i] = _mm512_setzero_si512();
-      PKV_UNROLL for (int part = 0; part < 4; ++part) {
+      // Q8_0's signed weights: dpbusd of |w| (unsigned) and sign(x, w) (x negated where w < 0),
+      // part L holding elements 4 L .. 4 L + 3 of half L / 4
+      if constexpr (kQ8) PKV_UNROLL for (int part = 0; part < 8; ++part) {
+        const __m512i v = _mm512_load_si512(q + 64 * part), av = _mm512_abs_epi8(v);
+        const __mmask64 neg = _mm512_movepi8_mask(v);
+        PKV_UNROLL for (int t = 0; t < NT; ++t) {
+          const XB& x = xq_of<X2>(a)[size_t(t0 + t) * nb + b];
+          int32_t x0;
+          std::memcpy(&x0, x.q + 4 * part, 4);
+          __m512i xb = _mm512_set1_epi32(x0);
+          sum[t][part / 4] = _mm512_dpbusd_epi32(sum[t][part / 4], av, _mm512_mask_sub_epi8(xb, neg, _mm512_setzero_si512(), xb));
+          if constexpr (X2) {
+            std::memcpy(&x0, x.r + 4 * part, 4);
+            xb = _mm512_set1_epi32(x0);
+            sum[t][2 + part / 4] = _mm512_dpbusd_epi32(sum[t][2 + part / 4], av, _mm512_mask_sub_epi8(xb, neg, _mm512_setzero_si512(), xb));
+          }
+        }
+      }
+      else PKV_UNROLL for (int part = 0; part < 4; ++part) {
         const __m512i v = _mm512_load_si512(q + 64 * part);
         const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         PKV_UNROLL for (int t = 0; t < NT; ++t) {
@@ -835,19 +1000,19 @@ struct PKV_Q8_AVX2_POLICY_T {
         }
       }
       const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
-      // Q4_1's stored minima; Q4_0's d_r * -8 (exact: a power of two)
-      const __m512 m = T == DType::Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 32)))
+      // Q4_1's stored minima; Q4_0's d_r * -8 (exact: a power of two); Q8_0 none
+      [[maybe_unused]] const __m512 m = T == DType::Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 32)))
                                         : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
       PKV_UNROLL for (int t = 0; t < NT; ++t) {
         const XB& x = xq_of<X2>(a)[size_t(t0 + t) * nb + b];
         __m512i i0 = sum[t][0], i1 = sum[t][1];
-        if constexpr (X2) {  // 128 sum(w q) + sum(w r): exact in int32, and in f32 (< 2^24)
+        if constexpr (X2) {  // 128 sum(w q) + sum(w r): exact in int32 (and in f32 but for Q8_0, < 2^24)
           i0 = _mm512_add_epi32(_mm512_slli_epi32(i0, 7), sum[t][2]);
           i1 = _mm512_add_epi32(_mm512_slli_epi32(i1, 7), sum[t][3]);
         }
         acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.d[0])), _mm512_cvtepi32_ps(i0), acc[t]);
         acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.d[1])), _mm512_cvtepi32_ps(i1), acc[t]);
-        accm[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s), accm[t]);
+        if constexpr (!kQ8) accm[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s), accm[t]);
       }
     }
     PKV_UNROLL for (int t = 0; t < NT; ++t)
@@ -874,6 +1039,7 @@ struct PKV_Q8_AVX2_POLICY_T {
     switch (a.wtype) {
       case DType::Q4_0: return rows_r16<DType::Q4_0>(a, row_begin, row_end);
       case DType::Q4_1: return rows_r16<DType::Q4_1>(a, row_begin, row_end);
+      case DType::Q8_0: return rows_r16<DType::Q8_0>(a, row_begin, row_end);
       default: PKV_ASSERT(!"matmul_q8_rows_r16: a weight type without an R16 layout (r16_supported)");
     }
   }

@@ -58,8 +58,8 @@ bool r16_fits(DType t, int rows, int k) {
   return r16_supported(t) && rows > 0 && rows % 16 == 0 && k > 0 && k % 32 == 0;
 }
 
-size_t r16_hdr_offset(DType /*t*/, int rows, int k) {
-  return size_t(rows / 16) * size_t(k / 32) * 256;
+size_t r16_hdr_offset(DType t, int rows, int k) {
+  return size_t(rows / 16) * size_t(k / 32) * size_t(r16_quant_bytes(t));
 }
 
 size_t r16_bytes(DType t, int rows, int k) {
@@ -68,8 +68,8 @@ size_t r16_bytes(DType t, int rows, int k) {
 
 void repack_r16(DType t, const void* src, size_t row_bytes, int rows, int k, void* dst) {
   PKV_ASSERT(r16_fits(t, rows, k));
-  const int nb = k / 32, kh = r16_header_bytes(t);
-  const size_t blk = t == DType::Q4_0 ? 18 : 20;  // ggml's block_q4_0, _q4_1
+  const int nb = k / 32, kh = r16_header_bytes(t), kq = r16_quant_bytes(t);
+  const size_t blk = t == DType::Q4_0 ? 18 : t == DType::Q4_1 ? 20 : 34;  // ggml's block_q4_0, _q4_1, _q8_0
   PKV_ASSERT(row_bytes == size_t(nb) * blk);
   const int qs_at = t == DType::Q4_1 ? 4 : 2;  // after d (and m)
   const uint8_t* in = static_cast<const uint8_t*>(src);
@@ -77,13 +77,13 @@ void repack_r16(DType t, const void* src, size_t row_bytes, int rows, int k, voi
   uint8_t* hout = qout + r16_hdr_offset(t, rows, k);
   for (int g = 0; g < rows / 16; ++g) {
     for (int b = 0; b < nb; ++b) {
-      uint8_t* q = qout + (size_t(g) * nb + b) * 256;
+      uint8_t* q = qout + (size_t(g) * nb + b) * kq;
       uint8_t* h = hout + (size_t(g) * nb + b) * kh;
       for (int r = 0; r < 16; ++r) {
         const uint8_t* blkr = in + size_t(16 * g + r) * row_bytes + size_t(b) * blk;
         std::memcpy(h + 2 * r, blkr, 2);                                     // d_r
         if (t == DType::Q4_1) std::memcpy(h + 32 + 2 * r, blkr + 2, 2);  // m_r
-        for (int part = 0; part < 4; ++part) std::memcpy(q + 64 * part + 4 * r, blkr + qs_at + 4 * part, 4);
+        for (int part = 0; part < kq / 64; ++part) std::memcpy(q + 64 * part + 4 * r, blkr + qs_at + 4 * part, 4);
       }
     }
   }

@@ -399,7 +399,8 @@ TEST_CASE("q8x2: R4 kernels equal the portable kernels bit for bit") {
 
 // The R16 layout (cpu_kernels.h WeightLayout::R16) has an order of its own, so its kernels are
 // checked against that order evaluated here in scalar C++ from the file's blocks (decode32, not
-// the repacked bytes): per row and block, the exact integer sums of each half block, acc =
+// the repacked bytes): per row and block, the exact integer sums of each half block (Q8_0 with
+// -128 among its weights: the AVX kernels' |w| and sign(x, w)), acc =
 // fma(d_r * d_x,h, I_h, acc) for h = 0, 1, accm = fma(m_r, s_x, accm), y = acc + accm. Bit for bit,
 // decode and prefill token counts (the 4-token tile and the single one), rows split as threads
 // split them; and within f32 rounding of the R4 / portable order.
@@ -409,14 +410,14 @@ void r16_case() {
   std::mt19937 rng(23);
   const cpu::KernelTable& ref = *cpu::kernels_by_name("portable");
   int tested = 0;
-  for (DType dt : {DType::Q4_0, DType::Q4_1}) {
+  for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
     for (int rows : {16, 48}) {
       const int k = 576, nb = k / 32;
       size_t rb = 0;
       const std::vector<uint8_t> w = weights(dt, rows, k, rng, &rb);
       REQUIRE(cpu::r16_fits(dt, rows, k));
       CHECK_FALSE(cpu::r16_fits(dt, rows + 4, k));
-      CHECK_FALSE(cpu::r16_fits(DType::Q8_0, rows, k));
+      CHECK_FALSE(cpu::r16_fits(DType::Q5_0, rows, k));
       CHECK(cpu::r16_bytes(dt, rows, k) == rb * size_t(rows));  // the same bytes as the file's rows
       std::vector<uint8_t> r16(cpu::r16_bytes(dt, rows, k) + 64);
       uint8_t* base = r16.data() + (64 - uintptr_t(r16.data()) % 64) % 64;  // the kernels' aligned loads
@@ -790,7 +791,7 @@ TEST_CASE("q8 modes on tiny.gguf: the R4 weight copies give the file rows' bits,
     WeightsSeen w_r4, w_rows;
     const std::vector<float> r4 = logits_of(*m, ids, r4_spec.c_str(), 1, 2, &w_r4),
                              rows = logits_of(*m, ids, rows_spec.c_str(), 1, 2, &w_rows);
-    INFO(mode << ": weights " << w_r4.mode << " (" << w_r4.bytes << " bytes copied) vs " << w_rows.mode);
+    INFO(std::string(mode) << ": weights " << w_r4.mode << " (" << w_r4.bytes << " bytes copied) vs " << w_rows.mode);
     CHECK(w_r4.bytes > 0);  // tiny.gguf's Q4_0 / Q4_1 / Q8_0 matrices were repacked
     CHECK(w_rows.bytes == 0);
     CHECK(w_r4.mode != w_rows.mode);
@@ -811,9 +812,58 @@ TEST_CASE("q8 modes on tiny.gguf: the R4 weight copies give the file rows' bits,
       num += (double(r16[i]) - r4[i]) * (double(r16[i]) - r4[i]);
       den += double(r4[i]) * r4[i];
     }
-    MESSAGE(mode << ": R16 vs R4 logits, rel L2 over 20 positions " << std::sqrt(num / den));
+    MESSAGE(std::string(mode) << ": R16 vs R4 logits, rel L2 over 20 positions " << std::sqrt(num / den));
     CHECK(std::memcmp(r16.data(), r4.data(), r4.size() * 4) != 0);
     CHECK(std::sqrt(num / den) < 1e-4);
+  }
+}
+
+TEST_CASE("q8 modes on tiny.gguf: AVX2 reads the R16 copies with the AVX-512 VNNI R16 bits; avx2-rows keeps the file rows'") {
+  // R16's order is the same integer sums and the same f32 operations in any instruction set
+  // (the R16 cases above check each kernel against it), so the AVX2 table (R16 for Q4_0 / Q4_1,
+  // the file's rows for the rest) and the AVX-512 VNNI one (R16, R4 for Q8_0: the rows' bits)
+  // give the same logits end to end, token by token and in prefill.
+  if (!cpu::kernels_by_name("avx2-maddubs")) {
+    MESSAGE("skipped: no AVX2 here");
+    return;
+  }
+  const std::string pkv = tmp_path("q8_r16_avx2_tiny.pkv");
+  REQUIRE(convert_gguf_to_pkv(data_dir() + "/tiny.gguf", pkv, ImportOptions{}).ok());
+  std::unique_ptr<Model> m;
+  REQUIRE(Model::load(pkv, &m).ok());
+  std::remove(pkv.c_str());
+  std::vector<int32_t> ids;
+  // The R4 case's prompt. (Another, (37 i + 5) % V, gives 2.8e-3 rel L2 between R16 and the rows in
+  // q8: from position 10 on, where an f32 rounding difference moves one activation across an
+  // 8-bit rounding boundary -- in every table with R16, AVX-512 VNNI's too.)
+  for (int i = 0; i < 20; ++i) ids.push_back(int32_t((i * 53 + 11) % int(m->config().vocab_size)));
+  const size_t V = m->config().vocab_size;
+  for (const char* mode : {"q8", "q8x2"}) {
+    const std::string r16_spec = std::string(mode) + ":avx2-maddubs", rows_spec = std::string(mode) + ":avx2-rows";
+    WeightsSeen w_r16, w_rows;
+    const std::vector<float> r16 = logits_of(*m, ids, r16_spec.c_str(), 1, 2, &w_r16),
+                             r16p = logits_of(*m, ids, r16_spec.c_str(), 16, 3),
+                             rows = logits_of(*m, ids, rows_spec.c_str(), 1, 2, &w_rows);
+    INFO(std::string(mode) << ": weights " << w_r16.mode << " (" << w_r16.bytes << " bytes copied) vs " << w_rows.mode);
+    CHECK(w_r16.bytes > 0);  // tiny.gguf's Q4_0 / Q4_1 matrices
+    CHECK(w_rows.bytes == 0);
+    CHECK(std::memcmp(r16p.data(), r16.data() + r16.size() - V, V * 4) == 0);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < r16.size(); ++i) {
+      num += (double(r16[i]) - rows[i]) * (double(r16[i]) - rows[i]);
+      den += double(rows[i]) * rows[i];
+    }
+    MESSAGE(std::string(mode) << ": AVX2 R16 vs AVX2 rows logits, rel L2 over 20 positions " << std::sqrt(num / den));
+    CHECK(std::memcmp(r16.data(), rows.data(), rows.size() * 4) != 0);
+    CHECK(std::sqrt(num / den) < 1e-4);
+    if (cpu::kernels_by_name("avx512vnni")) {
+      const std::string vnni = std::string(mode) + ":avx512vnni";
+      const std::vector<float> v = logits_of(*m, ids, vnni.c_str(), 1, 2), vp = logits_of(*m, ids, vnni.c_str(), 7, 2);
+      CHECK(std::memcmp(v.data(), r16.data(), r16.size() * 4) == 0);
+      CHECK(std::memcmp(vp.data(), r16p.data(), V * 4) == 0);
+    } else {
+      MESSAGE("the comparison with AVX-512 VNNI's R16 skipped: no AVX-512 VNNI here");
+    }
   }
 }
 
