@@ -146,7 +146,9 @@ void add_backend_options(CLI::App* cmd, BackendOptions* o, const char* kernels_d
                               "q8x2) or reference (f32), "
                               "optionally :ISA (") +
                       cpu::kKernelSetNames +
-                      "; avx2 is the best x86 set, with VNNI where present, avx2-maddubs AVX2 only), e.g. "
+                      "; avx2 is the best x86 set, with VNNI where present, avx2-maddubs AVX2 only; on x86 the q8 modes read "
+                      "Q4_0/Q4_1/Q8_0 matrices from R16 copies, an order of their own: avx2-rows and avx512vnni-r4 keep "
+                      "the other instruction sets' bits), e.g. "
                       "q8:avx2-maddubs (default: $PHASEKV_KERNELS, else " +
                       kernels_default + ")");
   cmd->add_option("--backend", o->backend,

@@ -818,7 +818,7 @@ TEST_CASE("q8 modes on tiny.gguf: the R4 weight copies give the file rows' bits,
   }
 }
 
-TEST_CASE("q8 modes on tiny.gguf: AVX2 reads the R16 copies with the AVX-512 VNNI R16 bits; avx2-rows keeps the file rows'") {
+TEST_CASE("q8 modes on tiny.gguf: AVX2 reads the R16 copies with the AVX-512 VNNI R16 bits, avx2-rows the file rows'") {
   // R16's order is the same integer sums and the same f32 operations in any instruction set
   // (the R16 cases above check each kernel against it), so the AVX2 table (R16 for Q4_0 / Q4_1,
   // the file's rows for the rest) and the AVX-512 VNNI one (R16, R4 for Q8_0: the rows' bits)
