@@ -1,12 +1,12 @@
-// The q8 decode matmul alone (one token x rows of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights): Gblock/s and GB/s
+// The q8 (--x2: q8x2) decode matmul alone (one token x rows of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights): Gblock/s and GB/s
 // of weights per instruction set, with the weights hot in L2 (the default 192 rows of k 576) or
 // streamed from DRAM (--rows 262144: 94 MB of Q4_1). Every instruction set is timed in each
 // round, rounds interleaved, so a noisy host slows all of them alike; prints the median round.
 // Checks the instruction sets' outputs equal the portable kernels' bit for bit before timing
 // (the portable kernels themselves are timed only where there is no other), and, where the
-// AVX-512 VNNI kernels are, the same on the R4 layout (cpu_kernels.h WeightLayout), and R16 to
-// f32 rounding (its own order).
-//   phasekv_q8_bench [--type Q4_1] [--rows 192] [--k 576, K-quants 768] [--rounds 9] [--ms 200]
+// AVX-512 VNNI kernels are, the same on the R4 layout (cpu_kernels.h WeightLayout), and (AVX2,
+// AVX-512 VNNI) R16 to f32 rounding (its own order).
+//   phasekv_q8_bench [--type Q4_1] [--rows 192] [--k 576, K-quants 768] [--rounds 9] [--ms 200] [--x2]
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -36,14 +36,20 @@ int main(int argc, char** argv) {
                         {"Q4_K", DType::Q4_K, 144, 256}, {"Q5_K", DType::Q5_K, 176, 256}, {"Q6_K", DType::Q6_K, 210, 256}};
   const Type* ty = &types[1];
   double ms = 200;
+  bool x2 = false;  // --x2: the q8x2 mode's kernels (15-bit activations, two products per weight)
   for (int i = 1; i < argc; ++i) {
     const std::string o = argv[i];
+    if (o == "--x2") {
+      x2 = true;
+      continue;
+    }
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     const bool known = o == "--type" || o == "--rows" || o == "--k" || o == "--tokens" || o == "--rounds" || o == "--ms";
     if (o == "-h" || o == "--help") {
-      std::printf("Usage: %s [--type Q4_0|Q4_1|Q5_0|Q5_1|Q8_0|Q4_K|Q5_K|Q6_K] [--rows N] [--k K] [--tokens N] [--rounds N] [--ms MS]\n"
+      std::printf("Usage: %s [--type Q4_0|Q4_1|Q5_0|Q5_1|Q8_0|Q4_K|Q5_K|Q6_K] [--rows N] [--k K] [--tokens N] [--rounds N] [--ms MS] [--x2]\n"
                   "  --rows 192 (default) keeps the weights in L2; --rows 262144 streams ~94 MB of Q4_1 from DRAM\n"
-                  "  --tokens 1 (default) times decode's matrix-vector kernels; --tokens 64 prefill's tiles\n",
+                  "  --tokens 1 (default) times decode's matrix-vector kernels; --tokens 64 prefill's tiles\n"
+                  "  --x2 the q8x2 mode's kernels (default: the q8 mode's)\n",
                   argv[0]);
       return 0;
     }
@@ -129,21 +135,32 @@ int main(int argc, char** argv) {
   for (const char* n : {"portable", "avx2-maddubs", "avx512vnni", "neon-nodotprod", "neon-dotprod"})
     if (const cpu::KernelTable* t = cpu::kernels_by_name(n)) ts.push_back(t);
   std::vector<cpu::BlockQ8x> xq(size_t(k) / 32 * size_t(tokens));
-  for (int t = 0; t < tokens; ++t) ts[0]->quantize_q8(x.data() + size_t(t) * k, xq.data() + size_t(t) * (k / 32), k);
+  std::vector<cpu::BlockQ8x2> xq2(x2 ? xq.size() : 0);
+  for (int t = 0; t < tokens; ++t) {
+    if (x2)
+      ts[0]->quantize_q8x2(x.data() + size_t(t) * k, xq2.data() + size_t(t) * (k / 32), k);
+    else
+      ts[0]->quantize_q8(x.data() + size_t(t) * k, xq.data() + size_t(t) * (k / 32), k);
+  }
+  // The mode's kernels of a table: rows, R4, R16.
+  auto rows_fn = [&](const cpu::KernelTable* t) { return x2 ? t->matmul_q8x2_rows : t->matmul_q8_rows; };
+  auto r4_fn = [&](const cpu::KernelTable* t) { return x2 ? t->matmul_q8x2_rows_r4 : t->matmul_q8_rows_r4; };
+  auto r16_fn = [&](const cpu::KernelTable* t) { return x2 ? t->matmul_q8x2_rows_r16 : t->matmul_q8_rows_r16; };
   std::vector<float> y_ref(size_t(rows) * size_t(tokens)), y(y_ref.size());
   cpu::MatmulArgs a{dt, w.data(), rb, x.data(), y_ref.data(), k, tokens, rows};
   a.xq = xq.data();
-  ts[0]->matmul_q8_rows(a, 0, rows);
+  a.xq2 = xq2.data();
+  rows_fn(ts[0])(a, 0, rows);
   for (const cpu::KernelTable* t : ts) {
     std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());  // an output left unwritten fails
     a.y = y.data();
-    t->matmul_q8_rows(a, 0, rows);
+    rows_fn(t)(a, 0, rows);
     if (std::memcmp(y.data(), y_ref.data(), y.size() * sizeof(float)) != 0) {
       std::fprintf(stderr, "%s: %s's outputs differ from the portable kernels'\n", argv[0], t->q8_isa);
       return 1;
     }
   }
-  // What is timed: each table's kernels on the file's rows, and (AVX-512 VNNI) on the R4 and R16 layouts.
+  // What is timed: each table's kernels on the file's rows, and where it has them on the R4 and R16 layouts.
   struct Entry {
     std::string name;
     void (*fn)(const cpu::MatmulArgs&, int, int);
@@ -151,13 +168,13 @@ int main(int argc, char** argv) {
   };
   std::vector<Entry> es;
   // The portable kernels (30-50x slower) only checked, not timed, where an instruction set is.
-  for (size_t i = ts.size() > 1 ? 1 : 0; i < ts.size(); ++i) es.push_back({ts[i]->q8_isa, ts[i]->matmul_q8_rows, a});
+  for (size_t i = ts.size() > 1 ? 1 : 0; i < ts.size(); ++i) es.push_back({ts[i]->q8_isa, rows_fn(ts[i]), a});
   std::vector<uint8_t> r4;
   for (const cpu::KernelTable* t : ts)
-    if (t->matmul_q8_rows_r4 && cpu::r4_fits(dt, rows, k)) {
+    if (r4_fn(t) && cpu::r4_fits(dt, rows, k)) {
       r4.resize(cpu::r4_bytes(dt, rows, k));
       cpu::repack_r4(dt, w.data(), rb, rows, k, r4.data());
-      Entry e{std::string(t->q8_isa) + "-r4", t->matmul_q8_rows_r4, a};
+      Entry e{std::string(t->q8_isa) + "-r4", r4_fn(t), a};
       e.a.w = r4.data();
       e.a.w_layout = cpu::WeightLayout::R4;
       e.a.w_hdr = r4.data() + cpu::r4_hdr_offset(dt, rows, k);
@@ -170,16 +187,16 @@ int main(int argc, char** argv) {
       }
       es.push_back(e);
     }
-  // ... and on the R16 layout (Q4_0 / Q4_1, rows a multiple of 16): its own order, so checked
+  // ... and on the R16 layout (Q4_0 / Q4_1 / Q8_0, rows a multiple of 16): its own order, so checked
   // against the portable kernels to f32 rounding (relative L2 <= 1e-5), not bit for bit (the
   // bit-exact check of its order: tests/unit/test_q8.cpp).
   std::vector<uint8_t> r16_buf;
   for (const cpu::KernelTable* t : ts)
-    if (t->matmul_q8_rows_r16 && cpu::r16_fits(dt, rows, k)) {
+    if (r16_fn(t) && cpu::r16_fits(dt, rows, k)) {
       r16_buf.resize(cpu::r16_bytes(dt, rows, k) + 64);
       uint8_t* r16 = r16_buf.data() + (64 - uintptr_t(r16_buf.data()) % 64) % 64;  // its aligned loads
       cpu::repack_r16(dt, w.data(), rb, rows, k, r16);
-      Entry e{std::string(t->q8_isa) + "-r16", t->matmul_q8_rows_r16, a};
+      Entry e{std::string(t->q8_isa) + "-r16", r16_fn(t), a};
       e.a.w = r16;
       e.a.w_layout = cpu::WeightLayout::R16;
       e.a.w_hdr = r16 + cpu::r16_hdr_offset(dt, rows, k);
@@ -209,8 +226,8 @@ int main(int argc, char** argv) {
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
       gbs[i].push_back(blocks * calls / s / 1e9);
     }
-  std::printf("q8 %s matmul, %s, %d rows x k %d (%.1f KiB of weights) x %d tokens, %d calls per round, %d rounds%s:\n",
-              tokens == 1 ? "decode" : "prefill", ty->name, rows, k, double(w.size()) / 1024, tokens, calls, rounds,
+  std::printf("%s %s matmul, %s, %d rows x k %d (%.1f KiB of weights) x %d tokens, %d calls per round, %d rounds%s:\n",
+              x2 ? "q8x2" : "q8", tokens == 1 ? "decode" : "prefill", ty->name, rows, k, double(w.size()) / 1024, tokens, calls, rounds,
               tokens == 1 ? "" : " (Gblock/s: blocks times tokens; GB/s: of weights read once per call)");
   for (size_t i = 0; i < es.size(); ++i) {
     std::vector<double> v = gbs[i];
