@@ -52,7 +52,7 @@ class RepackedWeights final : public WeightMapping {
       regions_.push_back({p, r[i].bytes, p});
     }
     mode_ = r16 && r4 ? "host, q8 R16/R4 copies of the matmul weights"
-            : r16     ? "host, q8 R16 copies of the Q4 matmul weights"
+            : r16     ? "host, q8 R16 copies of the matmul weights"
                       : "host, q8 R4 copies of the matmul weights";
   }
   ~RepackedWeights() override {

@@ -67,7 +67,7 @@ const KernelTable* kernels_by_name(const char* name) {
   if (std::strcmp(name, "avx512vnni") == 0 && cpu_has_avx512vnni()) return &kAvx2VnniKernels;
   // The same kernels on the file's rows only (no R4 copies of the weights): comparisons.
   if (std::strcmp(name, "avx512vnni-rows") == 0 && cpu_has_avx512vnni()) return &kAvx512VnniRowsKernels;
-  // ... and with R4 copies only, Q4_0 / Q4_1 too (no R16: the other instruction sets' bits).
+  // ... and with R4 copies only (no R16: the other instruction sets' bits).
   if (std::strcmp(name, "avx512vnni-r4") == 0 && cpu_has_avx512vnni()) return &kAvx512VnniR4Kernels;
 #endif
 #if defined(__aarch64__)

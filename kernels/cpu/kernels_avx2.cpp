@@ -188,7 +188,7 @@ extern const KernelTable kAvx2VnniKernels;
 constexpr KernelTable kAvx2VnniKernels =
     avx2_table("avx512vnni", matmul_q8_rows_avx512vnni, matmul_q8x2_rows_avx512vnni, PKV_R4_AVX512VNNI,
                PKV_R16_AVX512VNNI);
-// Without the R16 kernels ("avx512vnni-r4": Q4_0 / Q4_1 in R4 too, the other instruction sets'
+// Without the R16 kernels ("avx512vnni-r4": every R4 type in R4, the other instruction sets'
 // bits) and without any copies ("avx512vnni-rows": the file's rows, the same bits as R4).
 extern const KernelTable kAvx512VnniR4Kernels;
 constexpr KernelTable kAvx512VnniR4Kernels =
