@@ -38,8 +38,8 @@ class InPlaceWeights final : public WeightMapping {
   }
 };
 
-// In place too, except the matrices only matmul reads that fit the R16 layout (Q4_0, Q4_1, where
-// the kernels have R16) or else the R4 layout (Q4_0, Q4_1, Q8_0, where they have R4; cpu_kernels.h WeightLayout):
+// In place too, except the matrices only matmul reads that fit the R16 layout (Q4_0, Q4_1, Q8_0,
+// where the kernels have R16) or else the R4 layout (the same types, where they have R4; cpu_kernels.h WeightLayout):
 // those are read from a copy in that layout, made when a context first asks for the matrix
 // (Context::bind_weights, never a prefill or decode) and shared by every later context of the
 // model that repacks the same way (weights_key "cpu-r16-r4" / "cpu-r16" / "cpu-r4"). The copy has the file's
@@ -109,7 +109,7 @@ class RepackedWeights final : public WeightMapping {
     }
   }
   std::vector<HostRegion> host_;
-  bool r16_, r4_;  // the kernels read R16 (Q4_0, Q4_1) / R4 copies
+  bool r16_, r4_;  // the kernels read R16 / R4 copies (Q4_0, Q4_1, Q8_0)
   mutable std::mutex mu_;
   mutable std::vector<Copy> copies_;
 };

@@ -32,8 +32,8 @@ class CpuBackend final : public Backend {
   MemorySpace state_space() const override { return MemorySpace::Host; }
   MemorySpace weights_space() const override { return MemorySpace::Host; }
   // "cpu": the weights in place; in the q8 modes, the matmul weights that fit a layout the kernels
-  // have as copies in it: "cpu-r16" Q4_0 / Q4_1 in R16 (AVX2, AVX-512 VNNI), "cpu-r4" those of R4
-  // (AVX-512 VNNI: Q4_0, Q4_1, Q8_0), "cpu-r16-r4" R16 where it fits, else R4 (cpu_backend.cpp
+  // have as copies in it (Q4_0, Q4_1, Q8_0): "cpu-r16" in R16 where it fits (AVX2), "cpu-r4" in R4
+  // (`avx512vnni-r4`), "cpu-r16-r4" R16 where it fits, else R4 (AVX-512 VNNI) (cpu_backend.cpp
   // RepackedWeights, cpu_kernels.h WeightLayout). Contexts share a mapping only with the same key.
   std::string weights_key() const override {
     if (!repacks_weights()) return "cpu";
