@@ -606,6 +606,10 @@ struct PKV_Q8_AVX2_POLICY_T {
         }
     }
   }
+#endif
+#if !defined(PKV_Q8_VNNI) || PKV_Q8_ZMM
+  // Rows of a matrix in the R16 layout, by type: rows_r16 is AVX2's (tile_r16_ymm) or AVX-512's
+  // (tile16_r16), whichever this translation unit compiles.
   static void matmul_rows_r16(const MatmulArgs& a, int row_begin, int row_end) {
     switch (a.wtype) {
       case DType::Q4_0: return rows_r16<DType::Q4_0>(a, row_begin, row_end);
@@ -1036,14 +1040,6 @@ struct PKV_Q8_AVX2_POLICY_T {
         for (; t + 4 <= t1; t += 4) tile16_r16<T, 4>(a, r / 16, t);
         for (; t < t1; ++t) tile16_r16<T, 1>(a, r / 16, t);
       }
-    }
-  }
-  static void matmul_rows_r16(const MatmulArgs& a, int row_begin, int row_end) {
-    switch (a.wtype) {
-      case DType::Q4_0: return rows_r16<DType::Q4_0>(a, row_begin, row_end);
-      case DType::Q4_1: return rows_r16<DType::Q4_1>(a, row_begin, row_end);
-      case DType::Q8_0: return rows_r16<DType::Q8_0>(a, row_begin, row_end);
-      default: PKV_ASSERT(!"matmul_q8_rows_r16: a weight type without an R16 layout (r16_supported)");
     }
   }
 #if !defined(__clang__)

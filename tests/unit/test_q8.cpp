@@ -768,19 +768,26 @@ TEST_CASE("q8 mode on tiny.gguf: deterministic across chunking and threads, clos
   }
 }
 
+// tiny.gguf converted (to tmp_name, removed after loading) and loaded into *m, and the 20-token
+// prompt the tiny.gguf layout cases share, (53 i + 11) % V.
+static std::vector<int32_t> tiny_model_and_prompt(const char* tmp_name, std::unique_ptr<Model>* m) {
+  const std::string pkv = tmp_path(tmp_name);
+  REQUIRE(convert_gguf_to_pkv(data_dir() + "/tiny.gguf", pkv, ImportOptions{}).ok());
+  REQUIRE(Model::load(pkv, m).ok());
+  std::remove(pkv.c_str());
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back(int32_t((i * 53 + 11) % int((*m)->config().vocab_size)));
+  return ids;
+}
+
 TEST_CASE("q8 modes on tiny.gguf: the R4 weight copies give the file rows' bits, R16 its own, token by token and in prefill") {
   // (The kernels themselves against the portable ones: the R4 test cases above.)
   if (!cpu::kernels_by_name("avx512vnni")) {
     MESSAGE("skipped: no AVX-512 VNNI here (the R4 kernels)");
     return;
   }
-  const std::string pkv = tmp_path("q8_r4_tiny.pkv");
-  REQUIRE(convert_gguf_to_pkv(data_dir() + "/tiny.gguf", pkv, ImportOptions{}).ok());
   std::unique_ptr<Model> m;
-  REQUIRE(Model::load(pkv, &m).ok());
-  std::remove(pkv.c_str());
-  std::vector<int32_t> ids;
-  for (int i = 0; i < 20; ++i) ids.push_back(int32_t((i * 53 + 11) % int(m->config().vocab_size)));
+  const std::vector<int32_t> ids = tiny_model_and_prompt("q8_r4_tiny.pkv", &m);
   const size_t V = m->config().vocab_size;
   for (const char* mode : {"q8", "q8x2"}) {
     const std::string r4_spec = std::string(mode) + ":avx512vnni-r4", rows_spec = std::string(mode) + ":avx512vnni-rows",
@@ -820,23 +827,18 @@ TEST_CASE("q8 modes on tiny.gguf: the R4 weight copies give the file rows' bits,
 
 TEST_CASE("q8 modes on tiny.gguf: AVX2 reads the R16 copies with the AVX-512 VNNI R16 bits, avx2-rows the file rows'") {
   // R16's order is the same integer sums and the same f32 operations in any instruction set
-  // (the R16 cases above check each kernel against it), so the AVX2 table (R16 for Q4_0 / Q4_1,
-  // the file's rows for the rest) and the AVX-512 VNNI one (R16, R4 for Q8_0: the rows' bits)
-  // give the same logits end to end, token by token and in prefill.
+  // (the R16 cases above check each kernel against it), so the AVX2 table and the AVX-512 VNNI
+  // one (both R16 for tiny.gguf's Q4_0 / Q4_1 / Q8_0 matrices) give the same logits end to end,
+  // token by token and in prefill.
   if (!cpu::kernels_by_name("avx2-maddubs")) {
     MESSAGE("skipped: no AVX2 here");
     return;
   }
-  const std::string pkv = tmp_path("q8_r16_avx2_tiny.pkv");
-  REQUIRE(convert_gguf_to_pkv(data_dir() + "/tiny.gguf", pkv, ImportOptions{}).ok());
-  std::unique_ptr<Model> m;
-  REQUIRE(Model::load(pkv, &m).ok());
-  std::remove(pkv.c_str());
-  std::vector<int32_t> ids;
   // The R4 case's prompt. (Another, (37 i + 5) % V, gives 2.8e-3 rel L2 between R16 and the rows in
   // q8: from position 10 on, where an f32 rounding difference moves one activation across an
   // 8-bit rounding boundary -- in every table with R16, AVX-512 VNNI's too.)
-  for (int i = 0; i < 20; ++i) ids.push_back(int32_t((i * 53 + 11) % int(m->config().vocab_size)));
+  std::unique_ptr<Model> m;
+  const std::vector<int32_t> ids = tiny_model_and_prompt("q8_r16_avx2_tiny.pkv", &m);
   const size_t V = m->config().vocab_size;
   for (const char* mode : {"q8", "q8x2"}) {
     const std::string r16_spec = std::string(mode) + ":avx2-maddubs", rows_spec = std::string(mode) + ":avx2-rows";
